@@ -1,0 +1,933 @@
+//! `ferroccl-bench`: nccl-tests' benchmark (same flags, table, check and exit status) for
+//! ferroccl, calling the library only through its NCCL C ABI.
+//!
+//! Ranks are threads of this process (`-t N`), or processes under `mpirun` (the unique id goes
+//! from rank 0 by MPI_Bcast, as in nccl-tests), optionally with `-t` threads per process
+//! (rank = process * nthreads + thread).
+
+mod check;
+mod coll;
+mod dtype;
+mod fmt;
+mod json;
+mod world;
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::ffi::{c_int, c_void, CStr};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Parser;
+use ferroccl::ffi::group::{ncclGroupEnd, ncclGroupStart};
+use ferroccl::ffi::init::{ncclCommDestroy, ncclCommInitAll, ncclCommInitRank, ncclGetUniqueId};
+use ferroccl::ffi::query::{ncclGetErrorString, ncclGetLastError, ncclGetVersion, ncclRedOpCreatePreMulSum, ncclRedOpDestroy};
+use ferroccl::types::{ncclComm_t, ncclRedOp_t, ncclResult_t, ncclScalarResidence_t, ncclUniqueId, NCCL_UNIQUE_ID_BYTES};
+
+use check::Check;
+use coll::{Coll, Counts};
+use dtype::{premul_scalar, Dtype, Op};
+use json::Json;
+use world::{Combine, World};
+
+const NCCL_TESTS_FORMAT: &str = "2.19.6";
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+enum MpiMode {
+    /// MPI when launched by an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK set).
+    Auto,
+    On,
+    Off,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+enum InitMode {
+    /// nccl-tests: one thread calls ncclGroupStart, ncclCommInitRank per local rank, ncclGroupEnd.
+    Group,
+    /// Each rank's thread calls ncclCommInitRank itself, concurrently (nccl-tests -p 1).
+    Threads,
+    /// ncclCommInitAll (single process only).
+    All,
+}
+
+/// nccl-tests' flags (same letters, long names and defaults, except -w: 5).
+#[derive(Parser, Debug)]
+#[command(
+    name = "ferroccl-bench",
+    about = "nccl-tests-style benchmark of ferroccl through its NCCL C API",
+    disable_version_flag = true
+)]
+struct Args {
+    /// Collective to run.
+    #[arg(value_enum)]
+    collective: Coll,
+    /// Ranks (threads) per process.
+    #[arg(short = 't', long = "nthreads", default_value_t = 1)]
+    nthreads: usize,
+    /// GPUs per thread (host memory: only 1).
+    #[arg(short = 'g', long = "ngpus", default_value_t = 1)]
+    ngpus: usize,
+    /// Smallest size in bytes (K/M/G suffixes).
+    #[arg(short = 'b', long = "minbytes", default_value = "32M", value_parser = parse_size)]
+    minbytes: usize,
+    /// Largest size in bytes (K/M/G suffixes).
+    #[arg(short = 'e', long = "maxbytes", default_value = "32M", value_parser = parse_size)]
+    maxbytes: usize,
+    /// Size increment when -f is 1.
+    #[arg(short = 'i', long = "stepbytes", default_value = "1M", value_parser = parse_size)]
+    stepbytes: usize,
+    /// Size multiplication factor (> 1 replaces -i).
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 1)]
+    stepfactor: usize,
+    /// Timed iterations per size.
+    #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    iters: u32,
+    /// Calls aggregated in one ncclGroupStart/End per iteration.
+    #[arg(short = 'm', long = "agg_iters", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    agg_iters: u32,
+    /// Warm-up iterations per size (sizes doubling from -b to -e).
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
+    warmup_iters: u32,
+    /// Repeat the size sweep this many times (0: forever).
+    #[arg(short = 'N', long = "run_cycles", default_value_t = 1)]
+    run_cycles: u32,
+    /// 1: threads create their communicators concurrently (same as --init threads).
+    #[arg(short = 'p', long = "parallel_init", default_value_t = 0)]
+    parallel_init: u8,
+    /// Checked iterations per size (0: no check, #wrong is N/A).
+    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    check: u32,
+    /// sum|prod|min|max|avg|mulsum|all
+    #[arg(short = 'o', long = "op", default_value = "sum")]
+    op: String,
+    /// int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16|f8e4m3|f8e5m2|all
+    #[arg(short = 'd', long = "datatype", default_value = "float")]
+    datatype: String,
+    /// Root rank, or all.
+    #[arg(short = 'r', long = "root", default_value = "0")]
+    root: String,
+    /// Time reported: 0 rank 0's, 1 average, 2 minimum, 3 maximum over ranks.
+    #[arg(short = 'a', long = "average", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
+    average: u8,
+    /// Also write the results as JSON to this file.
+    #[arg(short = 'J', long = "output_file")]
+    output_file: Option<PathBuf>,
+    /// Misalign buffers by this many elements.
+    #[arg(short = 'u', long = "unalign", default_value_t = 0)]
+    unalign: usize,
+    /// Blocking mode (host calls always complete before returning: only 0).
+    #[arg(short = 'z', long = "blocking", default_value_t = 0, hide = true)]
+    blocking: u8,
+    /// CUDA graph launches (no CUDA: only 0).
+    #[arg(short = 'G', long = "cudagraph", default_value_t = 0, hide = true)]
+    cudagraph: u32,
+    /// Use MPI (one rank per process under mpirun).
+    #[arg(long = "mpi", value_enum, default_value = "auto")]
+    mpi: MpiMode,
+    /// How communicators are created.
+    #[arg(long = "init", value_enum, default_value = "group")]
+    init: InitMode,
+}
+
+/// nccl-tests' `parsesize`: a number with an optional K, M or G (powers of 1024).
+fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let (num, unit) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, c)) => {
+            if !t[i + c.len_utf8()..].trim().is_empty() {
+                return Err(format!("invalid size '{s}'"));
+            }
+            (
+                &t[..i],
+                match c {
+                    'K' | 'k' => 1u64 << 10,
+                    'M' | 'm' => 1 << 20,
+                    'G' | 'g' => 1 << 30,
+                    _ => return Err(format!("invalid size '{s}' (suffixes: K, M, G)")),
+                },
+            )
+        }
+        None => (t, 1),
+    };
+    let v: f64 = num.trim().parse().map_err(|_| format!("invalid size '{s}'"))?;
+    if !(v >= 0.0) {
+        return Err(format!("invalid size '{s}'"));
+    }
+    Ok((v * unit as f64) as usize)
+}
+
+/// Run-wide settings every rank shares.
+struct Plan {
+    coll: Coll,
+    types: Vec<Dtype>,
+    ops: Vec<Option<Op>>,
+    root: Option<usize>,
+    minbytes: usize,
+    maxbytes: usize,
+    stepbytes: usize,
+    stepfactor: usize,
+    iters: u32,
+    agg: u32,
+    warmup: u32,
+    cycles: u32,
+    check: u32,
+    combine: Combine,
+    unalign: usize,
+    hostname: String,
+}
+
+/// What one rank reports at the end.
+#[derive(Default)]
+struct RankOutcome {
+    errors: u64,
+    bw_sum: f64,
+    bw_count: u64,
+    rows: Vec<Json>,
+}
+
+/// A communicator handle carried into a rank's thread.
+#[derive(Clone, Copy)]
+struct CommPtr(ncclComm_t);
+// SAFETY: NCCL communicators may be used from any thread (one at a time, as here).
+unsafe impl Send for CommPtr {}
+
+/// Page-aligned host buffer.
+struct Buf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Buf {
+    fn new(len: usize) -> Buf {
+        let len = len.max(64);
+        let layout = Layout::from_size_align(len, 4096).expect("buffer layout");
+        // SAFETY: non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Buf { ptr, len }
+    }
+    fn bytes(&mut self, offset: usize, len: usize) -> &mut [u8] {
+        assert!(offset + len <= self.len, "buffer overrun: {offset}+{len} > {}", self.len);
+        // SAFETY: in bounds (checked); the buffer is owned by this rank's thread.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(offset), len) }
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { dealloc(self.ptr, Layout::from_size_align(self.len, 4096).unwrap()) };
+    }
+}
+
+fn cstr(p: *const std::ffi::c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: the library returns NUL-terminated strings.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// nccl-tests' NCCLCHECK: prints the failure and ends the run (every rank).
+fn nccl_check(host: &str, call: &str, r: ncclResult_t) {
+    if r.0 == 0 {
+        return;
+    }
+    let msg = format!(
+        "{host}: Test NCCL failure {call} '{} / {}'",
+        cstr(ncclGetErrorString(r)),
+        cstr(ncclGetLastError(std::ptr::null_mut()))
+    );
+    println!("{msg}");
+    let _ = std::io::stdout().flush();
+    eprintln!("{msg}");
+    // Other ranks may be blocked in a collective with this one: end the whole process (mpirun
+    // then ends the job).
+    std::process::exit(3);
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 1024];
+    // SAFETY: buffer and length are valid.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len() - 1) };
+    if rc != 0 {
+        return "unknown".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let full = String::from_utf8_lossy(&buf[..end]).into_owned();
+    // nccl-tests' getHostName stops at the first '.'.
+    full.split('.').next().unwrap_or("").to_string()
+}
+
+fn now_string() -> String {
+    // SAFETY: plain libc time formatting into a local buffer.
+    unsafe {
+        let t = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&t, &mut tm);
+        let mut buf = [0u8; 64];
+        let n = libc::strftime(buf.as_mut_ptr() as *mut libc::c_char, buf.len(), c"%Y-%m-%dT%H:%M:%S%z".as_ptr(), &tm);
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+}
+
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+}
+
+fn launched_by_mpi() -> bool {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"].iter().any(|v| std::env::var_os(v).is_some())
+}
+
+fn main() {
+    let args = Args::parse();
+    let code = match real_main(args) {
+        Ok(code) => code,
+        Err(msg) => {
+            eprintln!("ferroccl-bench: {msg}");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+fn real_main(args: Args) -> Result<i32, String> {
+    let use_mpi = match args.mpi {
+        MpiMode::On => true,
+        MpiMode::Off => false,
+        MpiMode::Auto => launched_by_mpi(),
+    };
+    if use_mpi && !cfg!(feature = "mpi") {
+        return Err("this build has no MPI support (build with --features mpi)".into());
+    }
+
+    #[cfg(feature = "mpi")]
+    let universe = if use_mpi {
+        let (u, _level) = mpi::initialize_with_threading(mpi::Threading::Funneled)
+            .ok_or("MPI is already initialised".to_string())?;
+        Some(u)
+    } else {
+        None
+    };
+
+    let (nprocs, proc_) = {
+        #[cfg(feature = "mpi")]
+        {
+            use mpi::traits::*;
+            match &universe {
+                Some(u) => (u.world().size() as usize, u.world().rank() as usize),
+                None => (1, 0),
+            }
+        }
+        #[cfg(not(feature = "mpi"))]
+        {
+            (1usize, 0usize)
+        }
+    };
+
+    let world = World::new(
+        nprocs,
+        proc_,
+        args.nthreads.max(1),
+        #[cfg(feature = "mpi")]
+        universe.as_ref().map(|u| world::Mpi { comm: u.world() }),
+    );
+
+    let code = run(&args, &world, use_mpi);
+    // Under MPI a usage error on one process must not leave the others waiting.
+    let code = match code {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("ferroccl-bench: {msg}");
+            if use_mpi {
+                world.abort(2);
+            }
+            2
+        }
+    };
+    #[cfg(feature = "mpi")]
+    drop(universe); // MPI_Finalize
+    Ok(code)
+}
+
+fn build_plan(args: &Args, nranks: usize) -> Result<Plan, String> {
+    if args.nthreads < 1 {
+        return Err("-t must be at least 1".into());
+    }
+    if args.ngpus != 1 {
+        return Err("-g: host memory ranks are threads or processes; only -g 1 is supported".into());
+    }
+    if args.blocking != 0 {
+        return Err("-z: calls on host memory always complete before returning; only -z 0 is supported".into());
+    }
+    if args.cudagraph != 0 {
+        return Err("-G: CUDA graphs are not supported on host memory".into());
+    }
+    if args.minbytes > args.maxbytes {
+        return Err(format!("invalid sizes for 'minbytes' and 'maxbytes': {} > {}", args.minbytes, args.maxbytes));
+    }
+    let coll = args.collective;
+    let types = if args.datatype == "all" {
+        Dtype::ALL.to_vec()
+    } else {
+        vec![Dtype::parse(&args.datatype).ok_or_else(|| format!("invalid type {}", args.datatype))?]
+    };
+    let ops: Vec<Option<Op>> = if !coll.has_op() {
+        vec![None]
+    } else if args.op == "all" {
+        Op::ALL.iter().map(|&o| Some(o)).collect()
+    } else {
+        vec![Some(Op::parse(&args.op).ok_or_else(|| format!("invalid op {}", args.op))?)]
+    };
+    let root = if args.root == "all" {
+        None
+    } else {
+        let r: usize = args.root.parse().map_err(|_| format!("invalid root {}", args.root))?;
+        if coll.has_root() && r >= nranks {
+            return Err(format!("root {r} is out of range for {nranks} ranks"));
+        }
+        Some(r)
+    };
+    Ok(Plan {
+        coll,
+        types,
+        ops,
+        root,
+        minbytes: args.minbytes,
+        maxbytes: args.maxbytes,
+        stepbytes: args.stepbytes,
+        stepfactor: args.stepfactor,
+        iters: args.iters,
+        agg: args.agg_iters,
+        warmup: args.warmup_iters,
+        cycles: args.run_cycles,
+        check: args.check,
+        combine: Combine::from_average(args.average),
+        unalign: args.unalign,
+        hostname: hostname(),
+    })
+}
+
+fn run(args: &Args, world: &World, use_mpi: bool) -> Result<i32, String> {
+    let nranks = world.nranks();
+    let plan = build_plan(args, nranks)?;
+    let init = if args.parallel_init != 0 { InitMode::Threads } else { args.init };
+    if init == InitMode::All && world.nprocs > 1 {
+        return Err("--init all (ncclCommInitAll) works within one process only".into());
+    }
+    let main_proc = world.proc_ == 0;
+    let host = plan.hostname.clone();
+
+    let mut version: c_int = 0;
+    nccl_check(&host, "ncclGetVersion", ncclGetVersion(&mut version));
+
+    // Header (nccl-tests' writeDeviceReport).
+    let step = if plan.stepfactor > 1 { (plan.stepfactor, "factor") } else { (plan.stepbytes, "bytes") };
+    if main_proc {
+        println!(
+            "# ferroccl-bench version {} (nccl-tests {NCCL_TESTS_FORMAT} format) nccl-headers={} nccl-library={version}",
+            env!("CARGO_PKG_VERSION"),
+            ferroccl::version::NCCL_VERSION_CODE
+        );
+        println!("# Collective test starting: ferroccl-bench {}", plan.coll.name());
+        println!(
+            "# nThread {} nGpus 1 minBytes {} maxBytes {} step: {}({}) warmup iters: {} iters: {} agg iters: {} validation: {} graph: 0 unalign: {}",
+            world.nthreads, plan.minbytes, plan.maxbytes, step.0, step.1, plan.warmup, plan.iters, plan.agg, plan.check, plan.unalign
+        );
+        if init == InitMode::Threads {
+            println!("# Parallel Init Enabled: threads call into NcclInitRank concurrently ");
+        }
+        println!(
+            "# Mode: {} ({} process{} x {} thread{}, {} ranks), host memory",
+            if use_mpi { "mpi" } else { "threads" },
+            world.nprocs,
+            if world.nprocs == 1 { "" } else { "es" },
+            world.nthreads,
+            if world.nthreads == 1 { "" } else { "s" },
+            nranks
+        );
+        println!("#");
+        println!("# Using devices");
+    }
+    let hosts = world.allgather_u64(fnv1a(&host));
+    let local_rank = hosts[..world.proc_].iter().filter(|&&h| h == hosts[world.proc_]).count();
+    let pid = std::process::id();
+    let mut lines = String::new();
+    let mut devices = Vec::new();
+    for t in 0..world.nthreads {
+        let dev = local_rank * world.nthreads + t;
+        lines.push_str(&format!(
+            "#  Rank {:2} Group {:2} Pid {:6} on {:>10} device {:2} [host memory]\n",
+            world.rank_of(t),
+            0,
+            pid,
+            host,
+            dev
+        ));
+    }
+    if let Some(all) = world.gather_text(&lines) {
+        for text in all {
+            print!("{text}");
+            for line in text.lines() {
+                devices.push(parse_rank_line(line));
+            }
+        }
+    }
+    let _ = std::io::stdout().flush();
+
+    // Unique id from rank 0, by MPI_Bcast (nccl-tests' pattern).
+    let mut id = ncclUniqueId { internal: [0; NCCL_UNIQUE_ID_BYTES] };
+    if init != InitMode::All {
+        if world.proc_ == 0 {
+            nccl_check(&host, "ncclGetUniqueId", ncclGetUniqueId(&mut id));
+        }
+        let mut bytes = id.to_bytes();
+        world.broadcast_bytes(&mut bytes);
+        id = ncclUniqueId::from_bytes(&bytes);
+    }
+
+    let mut comms: Vec<ncclComm_t> = vec![std::ptr::null_mut(); world.nthreads];
+    match init {
+        InitMode::Group => {
+            nccl_check(&host, "ncclGroupStart", ncclGroupStart());
+            for (t, c) in comms.iter_mut().enumerate() {
+                nccl_check(&host, "ncclCommInitRank", ncclCommInitRank(c, nranks as c_int, id, world.rank_of(t) as c_int));
+            }
+            nccl_check(&host, "ncclGroupEnd", ncclGroupEnd());
+        }
+        InitMode::All => {
+            nccl_check(&host, "ncclCommInitAll", ncclCommInitAll(comms.as_mut_ptr(), world.nthreads as c_int, std::ptr::null()));
+        }
+        InitMode::Threads => {} // in each rank's thread
+    }
+
+    if main_proc {
+        print_table_header();
+    }
+
+    let outcomes: Vec<(RankOutcome, CommPtr)> = std::thread::scope(|s| {
+        let plan = &plan;
+        let spawn_rank = |t: usize, comm: CommPtr| {
+            move || {
+                let mut comm = comm;
+                if init == InitMode::Threads {
+                    nccl_check(
+                        &plan.hostname,
+                        "ncclCommInitRank",
+                        ncclCommInitRank(&mut comm.0, nranks as c_int, id, world.rank_of(t) as c_int),
+                    );
+                }
+                (rank_main(plan, world, t, comm.0), comm)
+            }
+        };
+        let handles: Vec<_> = (1..world.nthreads)
+            .map(|t| {
+                std::thread::Builder::new()
+                    .name(format!("rank-{}", world.rank_of(t)))
+                    .spawn_scoped(s, spawn_rank(t, CommPtr(comms[t])))
+                    .expect("spawn rank thread")
+            })
+            .collect();
+        let mut out = vec![spawn_rank(0, CommPtr(comms[0]))()];
+        for h in handles {
+            match h.join() {
+                Ok(o) => out.push(o),
+                Err(_) => {
+                    eprintln!("ferroccl-bench: a rank thread panicked");
+                    std::process::exit(3);
+                }
+            }
+        }
+        out
+    });
+
+    let mut errors_local = 0u64;
+    for (o, c) in &outcomes {
+        errors_local += o.errors;
+        nccl_check(&host, "ncclCommDestroy", ncclCommDestroy(c.0));
+    }
+    let errors = world.sum_procs(errors_local as f64) as u64;
+    let main_outcome = &outcomes[0].0;
+    let avg_bw = if main_outcome.bw_count > 0 { main_outcome.bw_sum / main_outcome.bw_count as f64 } else { 0.0 };
+
+    if main_proc {
+        println!("# {:<20} : {} {}", "Out of bounds values", errors, if errors > 0 { "FAILED" } else { "OK" });
+        println!("# {:<20} : {} ", "Avg bus bandwidth", fmt::c_g(avg_bw));
+        println!("#");
+        println!("# Collective test concluded: ferroccl-bench {}", plan.coll.name());
+        let _ = std::io::stdout().flush();
+
+        if let Some(path) = &args.output_file {
+            let doc = Json::obj(vec![
+                ("program", Json::str("ferroccl-bench")),
+                ("version", Json::str(env!("CARGO_PKG_VERSION"))),
+                ("nccl_tests_format", Json::str(NCCL_TESTS_FORMAT)),
+                ("nccl_version", Json::Int(version as i64)),
+                ("command_line", Json::str(std::env::args().collect::<Vec<_>>().join(" "))),
+                ("hostname", Json::str(host.clone())),
+                ("date", Json::str(now_string())),
+                ("mode", Json::str(if use_mpi { "mpi" } else { "threads" })),
+                ("collective", Json::str(plan.coll.name())),
+                ("nprocs", Json::Int(world.nprocs as i64)),
+                ("nthreads", Json::Int(world.nthreads as i64)),
+                ("ranks", Json::Int(nranks as i64)),
+                (
+                    "config",
+                    Json::obj(vec![
+                        ("minimum_bytes", Json::Int(plan.minbytes as i64)),
+                        ("maximum_bytes", Json::Int(plan.maxbytes as i64)),
+                        (
+                            if plan.stepfactor > 1 { "step_factor" } else { "step_bytes" },
+                            Json::Int(step.0 as i64),
+                        ),
+                        ("warmup_iters", Json::Int(plan.warmup as i64)),
+                        ("iterations", Json::Int(plan.iters as i64)),
+                        ("aggregated_iterations", Json::Int(plan.agg as i64)),
+                        ("validation", Json::Int(plan.check as i64)),
+                        ("average", Json::Int(args.average as i64)),
+                        ("unalign", Json::Int(plan.unalign as i64)),
+                        ("init", Json::str(format!("{init:?}").to_lowercase())),
+                    ]),
+                ),
+                ("devices", Json::Arr(devices)),
+                ("results", Json::Arr(main_outcome.rows.clone())),
+                ("out_of_bounds", Json::obj(vec![("count", Json::Int(errors as i64)), ("okay", Json::Bool(errors == 0))])),
+                ("average_bus_bandwidth", Json::Num(avg_bw)),
+            ]);
+            match std::fs::write(path, doc.render()) {
+                Ok(()) => println!("# Wrote JSON output to {}", path.display()),
+                Err(e) => eprintln!("ferroccl-bench: cannot write {}: {e}", path.display()),
+            }
+        }
+    }
+    Ok(if errors > 0 { 1 } else { 0 })
+}
+
+fn parse_rank_line(line: &str) -> Json {
+    // "#  Rank %2d Group %2d Pid %6d on %10s device %2d [host memory]"
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let num = |i: usize| w.get(i).and_then(|s| s.parse::<i64>().ok()).map_or(Json::Null, Json::Int);
+    Json::obj(vec![
+        ("rank", num(2)),
+        ("group", num(4)),
+        ("pid", num(6)),
+        ("hostname", w.get(8).map_or(Json::Null, |s| Json::str(*s))),
+        ("device", num(10)),
+        ("memory", Json::str("host")),
+    ])
+}
+
+fn print_table_header() {
+    println!("#");
+    println!("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place          ", "", "", "", "", "");
+    println!(
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6} ",
+        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"
+    );
+    println!(
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6} ",
+        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""
+    );
+    let _ = std::io::stdout().flush();
+}
+
+/// One measurement (out-of-place or in-place) of one size.
+struct Measure {
+    time_us: f64,
+    algbw: f64,
+    busbw: f64,
+    wrong: Option<u64>,
+}
+
+impl Measure {
+    fn cell(&self) -> String {
+        let wrong = match self.wrong {
+            Some(w) => format!("{:>6}", fmt::c_g(w as f64)),
+            None => "   N/A".into(),
+        };
+        format!("  {}  {}  {}  {}", fmt::float_str(self.time_us, 7), fmt::float_str(self.algbw, 6), fmt::float_str(self.busbw, 6), wrong)
+    }
+    fn json(&self) -> Json {
+        Json::obj(vec![
+            ("time_us", Json::Num(self.time_us)),
+            ("algbw", Json::Num(self.algbw)),
+            ("busbw", Json::Num(self.busbw)),
+            ("wrong", self.wrong.map_or(Json::Null, |w| Json::Int(w as i64))),
+        ])
+    }
+}
+
+/// One rank's whole run.
+struct Rank<'a> {
+    plan: &'a Plan,
+    world: &'a World,
+    thread: usize,
+    rank: usize,
+    nranks: usize,
+    comm: ncclComm_t,
+    main: bool,
+    send: Buf,
+    recv: Buf,
+    seed: u64,
+    out: RankOutcome,
+}
+
+fn rank_main(plan: &Plan, world: &World, thread: usize, comm: ncclComm_t) -> RankOutcome {
+    let cap = plan.maxbytes + 8 * plan.unalign + 64;
+    let mut r = Rank {
+        plan,
+        world,
+        thread,
+        rank: world.rank_of(thread),
+        nranks: world.nranks(),
+        comm,
+        main: world.proc_ == 0 && thread == 0,
+        send: Buf::new(cap),
+        recv: Buf::new(cap),
+        seed: 0,
+        out: RankOutcome::default(),
+    };
+    let roots: Vec<i64> = if !plan.coll.has_root() {
+        vec![-1]
+    } else {
+        match plan.root {
+            Some(x) => vec![x as i64],
+            None => (0..r.nranks as i64).collect(),
+        }
+    };
+    for &dt in &plan.types {
+        for &op in &plan.ops {
+            for &root in &roots {
+                r.time_test(dt, op, root);
+            }
+        }
+    }
+    r.out
+}
+
+impl Rank<'_> {
+    fn fail(&self, call: &str, res: ncclResult_t) {
+        nccl_check(&self.plan.hostname, call, res);
+    }
+
+    /// Send and receive pointers of one call (nccl-tests' in-place layout).
+    fn pointers(&self, dt: Dtype, counts: &Counts, in_place: bool) -> (*const c_void, *mut c_void) {
+        let sz = dt.size();
+        let ua = self.plan.unalign * sz;
+        // SAFETY: offsets stay within the buffers (sized for maxbytes plus the misalignment).
+        unsafe {
+            let s = self.send.ptr.add(ua);
+            let r = self.recv.ptr.add(ua);
+            if in_place {
+                (
+                    r.add(counts.send_inplace_offset * self.rank * sz) as *const c_void,
+                    r.add(counts.recv_inplace_offset * self.rank * sz) as *mut c_void,
+                )
+            } else {
+                (s as *const c_void, r as *mut c_void)
+            }
+        }
+    }
+
+    /// One call, creating (and destroying) the PreMulSum operator for mulsum as nccl-tests does.
+    fn start_coll(&self, dt: Dtype, op: Option<Op>, root: i64, counts: &Counts, in_place: bool) {
+        let (s, r) = self.pointers(dt, counts, in_place);
+        let mut handle = ncclRedOp_t(0);
+        let mut created = false;
+        if let Some(o) = op.filter(|_| self.plan.coll.reduces()) {
+            match o.builtin() {
+                Some(b) => handle = b,
+                None => {
+                    let mut scalar = [0u8; 8];
+                    dt.encode(premul_scalar(self.rank), &mut scalar);
+                    let res = ncclRedOpCreatePreMulSum(
+                        &mut handle,
+                        scalar.as_mut_ptr() as *mut c_void,
+                        dt.nccl(),
+                        ncclScalarResidence_t(1), // ncclScalarHostImmediate
+                        self.comm,
+                    );
+                    self.fail("ncclRedOpCreatePreMulSum", res);
+                    created = true;
+                }
+            }
+        }
+        // SAFETY: the pointers cover the regions of `counts` (see `pointers`).
+        let res = unsafe {
+            coll::run(self.plan.coll, s, r, counts.param, dt.nccl(), handle, root.max(0) as c_int, self.rank, self.nranks, self.comm)
+        };
+        if let Err((call, code)) = res {
+            self.fail(call, code);
+        }
+        if created {
+            self.fail("ncclRedOpDestroy", ncclRedOpDestroy(handle, self.comm));
+        }
+    }
+
+    /// Writes the inputs of one call (and poisons the receive region when checking).
+    fn init_data(&mut self, chk: &Check, counts: &Counts, in_place: bool, poison: bool) {
+        let sz = chk.dtype.size();
+        let ua = self.plan.unalign * sz;
+        let (sb, rb) = (counts.send * sz, counts.recv * sz);
+        if in_place {
+            let soff = counts.send_inplace_offset * self.rank * sz;
+            let roff = counts.recv_inplace_offset * self.rank * sz;
+            if poison {
+                let end = (soff + sb).max(roff + rb);
+                chk.poison(self.recv.bytes(ua, end));
+            }
+            chk.fill_send(self.rank, self.recv.bytes(ua + soff, sb));
+        } else {
+            chk.fill_send(self.rank, self.send.bytes(ua, sb));
+            if poison {
+                chk.poison(self.recv.bytes(ua, rb));
+            }
+        }
+    }
+
+    fn count_wrong(&mut self, chk: &Check, counts: &Counts, in_place: bool) -> u64 {
+        if !chk.rank_checks(self.rank) {
+            return 0;
+        }
+        let sz = chk.dtype.size();
+        let ua = self.plan.unalign * sz;
+        let roff = if in_place { counts.recv_inplace_offset * self.rank * sz } else { 0 };
+        let rank = self.rank;
+        let expected = chk.expected(rank, counts);
+        let got = self.recv.bytes(ua + roff, counts.recv * sz);
+        chk.count_wrong(rank, counts, got, &expected)
+    }
+
+    /// nccl-tests' BenchTime: one timed loop and the check, for one size and placement.
+    fn bench_time(&mut self, dt: Dtype, op: Option<Op>, root: i64, counts: &Counts, in_place: bool) -> Measure {
+        let plan = self.plan;
+        let root_u = root.max(0) as usize;
+        let op_for_data = op.unwrap_or(Op::Sum);
+        // Finite, well-formed inputs for the timed calls too.
+        let chk = Check::new(plan.coll, dt, op_for_data, root_u, self.nranks, self.seed);
+        self.init_data(&chk, counts, in_place, false);
+        self.start_coll(dt, op, root, counts, in_place);
+        self.world.barrier(self.thread);
+
+        let t0 = Instant::now();
+        for _ in 0..plan.iters {
+            if plan.agg > 1 {
+                self.fail("ncclGroupStart", ncclGroupStart());
+            }
+            for _ in 0..plan.agg {
+                self.start_coll(dt, op, root, counts, in_place);
+            }
+            if plan.agg > 1 {
+                self.fail("ncclGroupEnd", ncclGroupEnd());
+            }
+        }
+        let sec = t0.elapsed().as_secs_f64() / (plan.iters as f64 * plan.agg as f64);
+        let sec = self.world.allreduce(self.thread, sec, plan.combine);
+        let (algbw, busbw) = plan.coll.bandwidth(counts.param, dt.size(), sec, self.nranks);
+        self.world.barrier(self.thread);
+
+        let mut wrong = 0u64;
+        for _ in 0..plan.check {
+            self.seed += 1;
+            let chk = Check::new(plan.coll, dt, op_for_data, root_u, self.nranks, self.seed);
+            self.init_data(&chk, counts, in_place, true);
+            self.start_coll(dt, op, root, counts, in_place);
+            let local = self.count_wrong(&chk, counts, in_place);
+            wrong = self.world.allreduce(self.thread, local as f64, Combine::Sum) as u64;
+            if wrong > 0 {
+                break;
+            }
+        }
+        if plan.check > 0 && wrong > 0 {
+            self.out.errors += 1;
+        }
+        self.out.bw_sum += busbw;
+        self.out.bw_count += 1;
+        Measure { time_us: sec * 1e6, algbw, busbw, wrong: (plan.check > 0).then_some(wrong) }
+    }
+
+    fn sizes(&self) -> Vec<usize> {
+        let p = self.plan;
+        let mut v = Vec::new();
+        let mut size = p.minbytes;
+        while size <= p.maxbytes {
+            v.push(size);
+            let next = if p.stepfactor > 1 { size.saturating_mul(p.stepfactor) } else { size.saturating_add(p.stepbytes) };
+            if next <= size {
+                break;
+            }
+            size = next;
+        }
+        v
+    }
+
+    /// nccl-tests' TimeTest: warm-up over doubling sizes, then the sweep.
+    fn time_test(&mut self, dt: Dtype, op: Option<Op>, root: i64) {
+        let plan = self.plan;
+        let elt = dt.size();
+        self.world.barrier(self.thread);
+        let mut size = plan.minbytes;
+        while size <= plan.maxbytes {
+            let counts = plan.coll.counts(size / elt, elt, self.nranks);
+            for _ in 0..plan.warmup {
+                self.start_coll(dt, op, root, &counts, false);
+            }
+            if size == 0 {
+                break;
+            }
+            size = size.saturating_mul(2);
+        }
+        let mut cycle = 0u32;
+        loop {
+            for size in self.sizes() {
+                let counts = plan.coll.counts(size / elt, elt, self.nranks);
+                let bytes = counts.send.max(counts.recv) * elt;
+                let opname = op.map_or("none", |o| o.name());
+                if self.main {
+                    print!("{:>12}  {:>12}  {:>8}  {:>6}  {:>6}", bytes, counts.param, dt.name(), opname, root);
+                    let _ = std::io::stdout().flush();
+                }
+                let oop = self.bench_time(dt, op, root, &counts, false);
+                if self.main {
+                    print!("{}", oop.cell());
+                    let _ = std::io::stdout().flush();
+                }
+                let ip = self.bench_time(dt, op, root, &counts, true);
+                if self.main {
+                    println!("{}", ip.cell());
+                    self.out.rows.push(Json::obj(vec![
+                        ("collective", Json::str(plan.coll.name())),
+                        ("size", Json::Int(bytes as i64)),
+                        ("count", Json::Int(counts.param as i64)),
+                        ("type", Json::str(dt.name())),
+                        ("redop", Json::str(opname)),
+                        ("root", Json::Int(root)),
+                        ("oop", oop.json()),
+                        ("ip", ip.json()),
+                    ]));
+                }
+            }
+            cycle += 1;
+            if plan.cycles != 0 && cycle >= plan.cycles {
+                break;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_like_nccl_tests() {
+        assert_eq!(parse_size("8"), Ok(8));
+        assert_eq!(parse_size("32M"), Ok(32 << 20));
+        assert_eq!(parse_size("1k"), Ok(1024));
+        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
+        assert!(parse_size("3T").is_err());
+        assert!(parse_size("x").is_err());
+    }
+}

@@ -1,0 +1,255 @@
+//! Out-of-band setup traffic between the ranks of a communicator: the unique-id rendezvous,
+//! a TCP ring for all-gathers, and tagged point-to-point messages. Only used while creating,
+//! splitting and tearing down communicators; data moves through `transport`.
+
+pub mod id;
+pub mod mpi;
+pub mod root;
+
+use std::net::{SocketAddr, TcpListener};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::transport::socket::{self, ConnKind, Hello, Stream};
+pub use id::UniqueId;
+
+/// How long setup steps wait for peers (FERROCCL_BOOTSTRAP_TIMEOUT seconds).
+pub fn timeout() -> Duration {
+    Duration::from_secs(crate::env::get_int("FERROCCL_BOOTSTRAP_TIMEOUT").max(1) as u64)
+}
+
+/// Largest bootstrap message accepted from a peer; anything larger is garbage.
+const MAX_MESSAGE: usize = 64 << 20;
+
+/// Makes a fresh unique id and starts its root (ncclGetUniqueId).
+pub fn create_unique_id() -> Result<UniqueId> {
+    let iface = crate::transport::netif::pick()?;
+    let listener = socket::listen(iface.addr, 0)?;
+    let root = listener.local_addr().map_err(|e| Error::system("getsockname", e))?;
+    let magic = id::random_u64()?;
+    log::info!(target: "BOOTSTRAP", "Bootstrap: Using {}:{}", iface.name, root);
+    root::spawn(listener, magic)?;
+    Ok(UniqueId { magic, root })
+}
+
+/// The id given by NCCL_COMM_ID, if set (its root is started by rank 0 in init).
+pub fn env_unique_id() -> Result<Option<UniqueId>> {
+    match crate::env::get_str("NCCL_COMM_ID") {
+        None => Ok(None),
+        Some(spec) => {
+            let root = socket::parse_comm_id(&spec)?;
+            Ok(Some(UniqueId { magic: id::COMM_ID_ENV_MAGIC, root }))
+        }
+    }
+}
+
+/// Starts the root for an NCCL_COMM_ID address (rank 0 does this).
+pub fn start_env_root(id: &UniqueId) -> Result<()> {
+    let listener = socket::listen(id.root.ip(), id.root.port())?;
+    root::spawn(listener, id.magic)
+}
+
+/// One rank's view of the bootstrap network.
+pub struct Bootstrap {
+    rank: usize,
+    nranks: usize,
+    magic: u64,
+    listener: TcpListener,
+    addrs: Vec<SocketAddr>,
+    next: Option<Stream>,
+    prev: Option<Stream>,
+    /// Point-to-point messages that arrived before they were asked for: (from, tag, data).
+    unexpected: Vec<(usize, u32, Vec<u8>)>,
+}
+
+impl Bootstrap {
+    /// Joins the communicator behind `id` as `rank` of `nranks`.
+    pub fn join(id: &UniqueId, rank: usize, nranks: usize) -> Result<Bootstrap> {
+        let deadline = Instant::now() + timeout();
+        let iface = crate::transport::netif::pick()?;
+        let listener = socket::listen(iface.addr, 0)?;
+        let mine = listener.local_addr().map_err(|e| Error::system("getsockname", e))?;
+        let addrs = root::rendezvous(id.root, id.magic, rank, nranks, mine, deadline)?;
+        Self::from_table(rank, addrs, listener, id.magic, deadline)
+    }
+
+    /// Builds the ring once every rank's listening address is known.
+    pub fn from_table(
+        rank: usize,
+        addrs: Vec<SocketAddr>,
+        listener: TcpListener,
+        magic: u64,
+        deadline: Instant,
+    ) -> Result<Bootstrap> {
+        let nranks = addrs.len();
+        let mut b = Bootstrap { rank, nranks, magic, listener, addrs, next: None, prev: None, unexpected: Vec::new() };
+        if nranks > 1 {
+            let next = (rank + 1) % nranks;
+            let mut out = socket::connect(b.addrs[next], deadline).map_err(|e| e.context("bootstrap ring"))?;
+            out.set_timeout(Some(timeout()))?;
+            out.send_hello(&Hello { magic, kind: ConnKind::Ring, rank: rank as u32, extra: 0 })?;
+            b.next = Some(out);
+            let prev = (rank + nranks - 1) % nranks;
+            b.prev = Some(b.accept_from(ConnKind::Ring, prev, deadline)?);
+        }
+        Ok(b)
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    pub fn nranks(&self) -> usize {
+        self.nranks
+    }
+    pub fn magic(&self) -> u64 {
+        self.magic
+    }
+
+    /// Accepts connections until one of `kind` from `peer` arrives; p2p messages arriving
+    /// meanwhile are queued and strangers dropped.
+    fn accept_from(&mut self, kind: ConnKind, peer: usize, deadline: Instant) -> Result<Stream> {
+        loop {
+            let mut s = socket::accept(&self.listener, deadline).map_err(|e| e.context("bootstrap"))?;
+            s.set_timeout(Some(timeout()))?;
+            let hello = match s.recv_hello(self.magic) {
+                Ok(h) => h,
+                Err(e) => {
+                    log::info!(target: "BOOTSTRAP", "Bootstrap: dropped connection from {}: {e}", s.peer());
+                    continue;
+                }
+            };
+            match hello.kind {
+                k if k == kind && hello.rank as usize == peer && kind != ConnKind::BootstrapP2p => return Ok(s),
+                ConnKind::BootstrapP2p if (hello.rank as usize) < self.nranks => {
+                    let data = s.recv_msg(MAX_MESSAGE, "bootstrap message")?;
+                    self.unexpected.push((hello.rank as usize, hello.extra, data));
+                    if kind == ConnKind::BootstrapP2p {
+                        return Err(Error::internal("accept_from(p2p) must use recv"));
+                    }
+                }
+                _ => {
+                    log::info!(target: "BOOTSTRAP", "Bootstrap: dropped unexpected {:?} connection from rank {}", hello.kind, hello.rank)
+                }
+            }
+        }
+    }
+
+    /// Every rank's `mine` (all the same length), in rank order.
+    pub fn all_gather(&mut self, mine: &[u8]) -> Result<Vec<u8>> {
+        let n = self.nranks;
+        let len = mine.len();
+        let mut all = vec![0u8; len * n];
+        all[self.rank * len..(self.rank + 1) * len].copy_from_slice(mine);
+        if n == 1 {
+            return Ok(all);
+        }
+        for step in 0..n - 1 {
+            let send_block = (self.rank + n - step) % n;
+            let recv_block = (self.rank + n - step - 1) % n;
+            let next = self.next.as_mut().expect("ring exists when nranks > 1");
+            next.send_msg(&all[send_block * len..(send_block + 1) * len], "bootstrap all-gather")?;
+            let prev = self.prev.as_mut().expect("ring exists when nranks > 1");
+            let got = prev.recv_msg(MAX_MESSAGE, "bootstrap all-gather")?;
+            if got.len() != len {
+                return Err(Error::invalid_usage(format!(
+                    "bootstrap all-gather: rank {} sent {} bytes, expected {len} (ranks disagree on the call)",
+                    (self.rank + n - 1) % n,
+                    got.len()
+                )));
+            }
+            all[recv_block * len..(recv_block + 1) * len].copy_from_slice(&got);
+        }
+        Ok(all)
+    }
+
+    /// Sends a tagged message to `peer` over a fresh connection.
+    pub fn send(&mut self, peer: usize, tag: u32, data: &[u8]) -> Result<()> {
+        let deadline = Instant::now() + timeout();
+        let mut s = socket::connect(self.addrs[peer], deadline)?;
+        s.set_timeout(Some(timeout()))?;
+        s.send_hello(&Hello { magic: self.magic, kind: ConnKind::BootstrapP2p, rank: self.rank as u32, extra: tag })?;
+        s.send_msg(data, "bootstrap send")
+    }
+
+    /// Receives the tagged message `peer` sent (messages are matched by sender and tag).
+    pub fn recv(&mut self, peer: usize, tag: u32) -> Result<Vec<u8>> {
+        let deadline = Instant::now() + timeout();
+        loop {
+            if let Some(i) = self.unexpected.iter().position(|(p, t, _)| *p == peer && *t == tag) {
+                return Ok(self.unexpected.remove(i).2);
+            }
+            let mut s = socket::accept(&self.listener, deadline)
+                .map_err(|e| e.context(&format!("bootstrap recv from rank {peer}")))?;
+            s.set_timeout(Some(timeout()))?;
+            match s.recv_hello(self.magic) {
+                Ok(h) if h.kind == ConnKind::BootstrapP2p && (h.rank as usize) < self.nranks => {
+                    let data = s.recv_msg(MAX_MESSAGE, "bootstrap message")?;
+                    self.unexpected.push((h.rank as usize, h.extra, data));
+                }
+                Ok(h) => {
+                    log::info!(target: "BOOTSTRAP", "Bootstrap: dropped unexpected {:?} connection from rank {}", h.kind, h.rank)
+                }
+                Err(e) => log::info!(target: "BOOTSTRAP", "Bootstrap: dropped connection from {}: {e}", s.peer()),
+            }
+        }
+    }
+
+    /// All ranks reach this point before any leaves it.
+    pub fn barrier(&mut self) -> Result<()> {
+        self.all_gather(&[1]).map(|_| ())
+    }
+
+    /// The listening address, for children made by split.
+    pub fn local_ip(&self) -> Result<std::net::IpAddr> {
+        self.listener.local_addr().map(|a| a.ip()).map_err(|e| Error::system("getsockname", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_all_gather_and_p2p_over_threads() {
+        let id = create_unique_id().unwrap();
+        let n = 4;
+        let handles: Vec<_> = (0..n)
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    let mut b = Bootstrap::join(&id, rank, n).unwrap();
+                    let all = b.all_gather(&[rank as u8 * 10, 7]).unwrap();
+                    assert_eq!(all, vec![0, 7, 10, 7, 20, 7, 30, 7]);
+                    // Everyone sends to rank 0 with two tags, in reverse tag order.
+                    if rank != 0 {
+                        b.send(0, 2, &[rank as u8, 2]).unwrap();
+                        b.send(0, 1, &[rank as u8, 1]).unwrap();
+                    } else {
+                        for peer in (1..n).rev() {
+                            assert_eq!(b.recv(peer, 1).unwrap(), vec![peer as u8, 1]);
+                            assert_eq!(b.recv(peer, 2).unwrap(), vec![peer as u8, 2]);
+                        }
+                    }
+                    b.barrier().unwrap();
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn wrong_magic_is_dropped_and_root_keeps_serving() {
+        let id = create_unique_id().unwrap();
+        // A stranger with another magic, and one sending garbage, connect first.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut s = socket::connect(id.root, deadline).unwrap();
+        s.send_hello(&Hello { magic: id.magic ^ 1, kind: ConnKind::Root, rank: 0, extra: 0 }).unwrap();
+        let mut g = socket::connect(id.root, deadline).unwrap();
+        g.write_all_or(b"GET / HTTP/1.0\r\n\r\n garbage garbage", "test").unwrap();
+        let t: Vec<_> = (0..2).map(|r| std::thread::spawn(move || Bootstrap::join(&id, r, 2).map(|_| ()))).collect();
+        for h in t {
+            h.join().unwrap().unwrap();
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! The rendezvous root behind a unique id: collects every rank's bootstrap address, then sends
+//! each rank the whole table. Runs on a detached thread of the process that made the id.
+
+use std::net::{SocketAddr, TcpListener};
+use std::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::transport::socket::{self, decode_addr, encode_addr, ConnKind, Hello, Stream, ADDR_BYTES};
+
+/// What a rank tells the root.
+pub struct RankInfo {
+    pub rank: u32,
+    pub nranks: u32,
+    pub addr: SocketAddr,
+}
+
+impl RankInfo {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; 8 + ADDR_BYTES];
+        b[0..4].copy_from_slice(&self.rank.to_le_bytes());
+        b[4..8].copy_from_slice(&self.nranks.to_le_bytes());
+        encode_addr(&self.addr, &mut b[8..]);
+        b
+    }
+    pub fn decode(b: &[u8]) -> Result<RankInfo> {
+        if b.len() != 8 + ADDR_BYTES {
+            return Err(Error::remote("root: malformed rank info"));
+        }
+        Ok(RankInfo {
+            rank: u32::from_le_bytes(b[0..4].try_into().expect("4 bytes")),
+            nranks: u32::from_le_bytes(b[4..8].try_into().expect("4 bytes")),
+            addr: decode_addr(&b[8..])?,
+        })
+    }
+}
+
+pub fn encode_table(addrs: &[SocketAddr]) -> Vec<u8> {
+    let mut b = vec![0u8; addrs.len() * ADDR_BYTES];
+    for (i, a) in addrs.iter().enumerate() {
+        encode_addr(a, &mut b[i * ADDR_BYTES..]);
+    }
+    b
+}
+
+pub fn decode_table(b: &[u8], nranks: usize) -> Result<Vec<SocketAddr>> {
+    if b.len() != nranks * ADDR_BYTES {
+        return Err(Error::remote("bootstrap: malformed address table from root"));
+    }
+    b.chunks(ADDR_BYTES).map(decode_addr).collect()
+}
+
+/// Starts the root on `listener` for the communicator with `magic`.
+pub fn spawn(listener: TcpListener, magic: u64) -> Result<()> {
+    std::thread::Builder::new()
+        .name("ferroccl-root".into())
+        .spawn(move || {
+            if let Err(e) = serve(&listener, magic) {
+                log::warn!(target: "BOOTSTRAP", "bootstrap root {}: {e}", listener.local_addr().map(|a| a.to_string()).unwrap_or_default());
+            }
+        })
+        .map_err(|e| Error::system("spawn bootstrap root thread", e))?;
+    Ok(())
+}
+
+fn serve(listener: &TcpListener, magic: u64) -> Result<()> {
+    let deadline = Instant::now() + crate::bootstrap::timeout();
+    let mut nranks: Option<u32> = None;
+    let mut ranks: Vec<Option<(Stream, SocketAddr)>> = Vec::new();
+    let mut arrived = 0usize;
+    loop {
+        let mut stream = socket::accept(listener, deadline)?;
+        stream.set_timeout(Some(std::time::Duration::from_secs(10)))?;
+        // A bad peer (wrong magic, garbage) is dropped; the root keeps serving.
+        let info = match stream.recv_hello(magic).and_then(|h| {
+            if h.kind != ConnKind::Root {
+                return Err(Error::remote(format!("unexpected {:?} connection at the root", h.kind)));
+            }
+            RankInfo::decode(&stream.recv_msg(64, "root")?)
+        }) {
+            Ok(info) => info,
+            Err(e) => {
+                log::info!(target: "BOOTSTRAP", "bootstrap root: dropped connection from {}: {e}", stream.peer());
+                continue;
+            }
+        };
+        let n = *nranks.get_or_insert(info.nranks);
+        if ranks.is_empty() {
+            ranks.resize_with(n as usize, || None);
+        }
+        if info.nranks != n || info.rank >= n || ranks[info.rank as usize].is_some() {
+            let reason = if info.nranks != n {
+                format!("rank {} says nranks {}, others said {n}", info.rank, info.nranks)
+            } else {
+                format!("rank {} out of range or duplicated (nranks {n})", info.rank)
+            };
+            let _ = stream.send_msg(reason.as_bytes(), "root");
+            log::warn!(target: "BOOTSTRAP", "bootstrap root: {reason}");
+            continue;
+        }
+        ranks[info.rank as usize] = Some((stream, info.addr));
+        arrived += 1;
+        if arrived == n as usize {
+            break;
+        }
+    }
+    let addrs: Vec<SocketAddr> = ranks.iter().map(|r| r.as_ref().expect("all arrived").1).collect();
+    let table = encode_table(&addrs);
+    for (stream, _) in ranks.iter_mut().flatten() {
+        stream.send_msg(&table, "root reply")?;
+    }
+    log::info!(target: "BOOTSTRAP", "bootstrap root: {} ranks connected", addrs.len());
+    Ok(())
+}
+
+/// Rank side: registers with the root and returns every rank's bootstrap address.
+pub fn rendezvous(
+    root: SocketAddr,
+    magic: u64,
+    rank: usize,
+    nranks: usize,
+    mine: SocketAddr,
+    deadline: Instant,
+) -> Result<Vec<SocketAddr>> {
+    let mut s = socket::connect(root, deadline).map_err(|e| e.context("contacting the bootstrap root"))?;
+    s.set_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(std::time::Duration::from_millis(1))))?;
+    s.send_hello(&Hello { magic, kind: ConnKind::Root, rank: rank as u32, extra: 0 })?;
+    s.send_msg(&RankInfo { rank: rank as u32, nranks: nranks as u32, addr: mine }.encode(), "root")?;
+    let reply = s.recv_msg(nranks * ADDR_BYTES, "waiting for all ranks at the bootstrap root")?;
+    if reply.len() != nranks * ADDR_BYTES {
+        return Err(Error::invalid_argument(format!(
+            "bootstrap root refused rank {rank}: {}",
+            String::from_utf8_lossy(&reply)
+        )));
+    }
+    decode_table(&reply, nranks)
+}

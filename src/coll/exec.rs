@@ -1,0 +1,504 @@
+//! Runs plans over a communicator's connections: the progress engine for host buffers.
+//!
+//! One call drives every operation of a group, across all the communicators the group
+//! touches, from the calling thread, so many communicators driven by one thread (ncclCommInitAll)
+//! progress together. It posts each step once its dependencies are done, keeps the per-peer
+//! FIFO order of sends and receives (the matching rule in `plan`), reduces arriving chunks
+//! straight into the destination, and sleeps in `poll` when nothing can move.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::plan::{BufId, LocalOp, Plan, RecvAction, Slice, Step};
+use super::reduce::Reduction;
+use crate::error::{Error, Result};
+use crate::transport::links::Links;
+use crate::transport::{MemRegion, RequestId, WaitHint};
+
+/// The caller's memory for one operation.
+///
+/// Created at the C boundary from the user's pointers; the caller guarantees (as NCCL's API
+/// requires) that the buffers are valid for the given lengths until the operation completes.
+#[derive(Clone, Copy, Debug)]
+pub struct OpBuffers {
+    pub send: *const u8,
+    pub send_len: usize,
+    pub recv: *mut u8,
+    pub recv_len: usize,
+}
+
+/// One operation ready to run.
+pub struct Work {
+    pub plan: Plan,
+    pub bufs: OpBuffers,
+    pub reduction: Option<Reduction>,
+    /// Owned copy of the send buffer when the caller's buffers overlap in a way the plan does
+    /// not handle; `bufs.send` then points into it.
+    pub send_copy: Option<Vec<u64>>,
+}
+
+// SAFETY: Work only carries addresses of memory its submitter keeps alive until completion.
+unsafe impl Send for Work {}
+
+/// All of one communicator's operations in a group.
+pub struct CommWork<'a> {
+    pub rank: usize,
+    pub links: &'a mut Links,
+    pub works: Vec<Work>,
+}
+
+type StepRef = (usize, usize); // (work index, step index)
+
+struct WorkState {
+    done: Vec<bool>,
+    remaining: usize,
+    scratch: Vec<u64>,
+}
+
+struct PostedRecv {
+    peer: usize,
+    req: RequestId,
+    step: StepRef,
+    staging: Option<Vec<u64>>,
+}
+
+struct CommState {
+    work_state: Vec<WorkState>,
+    send_queues: Vec<VecDeque<StepRef>>,
+    recv_queues: Vec<VecDeque<StepRef>>,
+    posted_sends: Vec<(usize, RequestId, StepRef)>,
+    posted_recvs: Vec<PostedRecv>,
+    locals: Vec<StepRef>,
+    remaining: usize,
+}
+
+/// Runs every work of every communicator to completion.
+pub fn execute(comms: &mut [CommWork<'_>]) -> Result<()> {
+    let mut states: Vec<CommState> = comms.iter().map(build_state).collect::<Result<_>>()?;
+    let mut pool: Vec<Vec<u64>> = Vec::new();
+    let connect_deadline = Instant::now() + crate::bootstrap::timeout();
+    let mut idle_rounds = 0u32;
+    loop {
+        let mut progressed = false;
+        let mut all_done = true;
+        for (cw, st) in comms.iter_mut().zip(states.iter_mut()) {
+            if st.remaining == 0 {
+                continue;
+            }
+            progressed |= progress_comm(cw, st, &mut pool, connect_deadline)?;
+            all_done &= st.remaining == 0;
+        }
+        if all_done {
+            return Ok(());
+        }
+        if progressed {
+            idle_rounds = 0;
+            continue;
+        }
+        idle_rounds += 1;
+        if idle_rounds < 64 {
+            std::hint::spin_loop();
+            if idle_rounds % 8 == 0 {
+                std::thread::yield_now();
+            }
+            continue;
+        }
+        wait_for_io(comms, &states);
+    }
+}
+
+fn build_state(cw: &CommWork<'_>) -> Result<CommState> {
+    let nranks = cw.links_nranks();
+    let mut st = CommState {
+        work_state: Vec::with_capacity(cw.works.len()),
+        send_queues: vec![VecDeque::new(); nranks],
+        recv_queues: vec![VecDeque::new(); nranks],
+        posted_sends: Vec::new(),
+        posted_recvs: Vec::new(),
+        locals: Vec::new(),
+        remaining: 0,
+    };
+    for (w, work) in cw.works.iter().enumerate() {
+        let n = work.plan.steps.len();
+        st.work_state.push(WorkState {
+            done: vec![false; n],
+            remaining: n,
+            scratch: vec![0u64; work.plan.scratch_bytes.div_ceil(8)],
+        });
+        st.remaining += n;
+        for (s, planned) in work.plan.steps.iter().enumerate() {
+            check_slices(work, &planned.step)?;
+            match planned.step {
+                Step::Send { peer, .. } => queue(&mut st.send_queues, peer, nranks, (w, s))?,
+                Step::Recv { peer, .. } => queue(&mut st.recv_queues, peer, nranks, (w, s))?,
+                Step::Local(_) => st.locals.push((w, s)),
+            }
+            if planned.step_needs_reduction() && work.reduction.is_none() {
+                return Err(Error::internal("plan reduces but the operation has no reduction"));
+            }
+        }
+    }
+    Ok(st)
+}
+
+impl CommWork<'_> {
+    fn links_nranks(&self) -> usize {
+        self.links.nranks()
+    }
+}
+
+impl super::plan::PlannedStep {
+    fn step_needs_reduction(&self) -> bool {
+        matches!(
+            self.step,
+            Step::Recv { action: RecvAction::Combine { .. } | RecvAction::Accumulate, .. }
+                | Step::Local(LocalOp::Prepare { .. } | LocalOp::Finalize { .. })
+        )
+    }
+}
+
+fn queue(queues: &mut [VecDeque<StepRef>], peer: usize, nranks: usize, r: StepRef) -> Result<()> {
+    if peer >= nranks {
+        return Err(Error::internal(format!("plan names peer {peer} of {nranks}")));
+    }
+    queues[peer].push_back(r);
+    Ok(())
+}
+
+fn buf_len(work: &Work, buf: BufId) -> usize {
+    match buf {
+        BufId::Send => work.bufs.send_len,
+        BufId::Recv => work.bufs.recv_len,
+        BufId::Scratch => work.plan.scratch_bytes,
+    }
+}
+
+/// Plans come from our own generators, but a bad one must fail, never touch foreign memory.
+fn check_slices(work: &Work, step: &Step) -> Result<()> {
+    let check = |s: &Slice| {
+        if s.end() > buf_len(work, s.buf) {
+            Err(Error::internal(format!("plan slice {s:?} outside its {}-byte buffer", buf_len(work, s.buf))))
+        } else {
+            Ok(())
+        }
+    };
+    match step {
+        Step::Send { src, .. } => check(src),
+        Step::Recv { dst, action, .. } => {
+            check(dst)?;
+            if let RecvAction::Combine { local } = action {
+                check(local)?;
+            }
+            Ok(())
+        }
+        Step::Local(LocalOp::Copy { src, dst } | LocalOp::Prepare { src, dst }) => check(src).and(check(dst)),
+        Step::Local(LocalOp::Finalize { buf }) => check(buf),
+    }
+}
+
+fn deps_done(work: &Work, ws: &WorkState, s: usize) -> bool {
+    work.plan.steps[s].deps.iter().all(|&d| ws.done[d as usize])
+}
+
+fn mark_done(st: &mut CommState, (w, s): StepRef) {
+    let ws = &mut st.work_state[w];
+    debug_assert!(!ws.done[s]);
+    ws.done[s] = true;
+    ws.remaining -= 1;
+    st.remaining -= 1;
+}
+
+/// Address of a slice (bounds were checked in `build_state`).
+fn addr(work: &Work, ws: &mut WorkState, s: &Slice) -> *mut u8 {
+    let base = match s.buf {
+        BufId::Send => work.bufs.send as *mut u8,
+        BufId::Recv => work.bufs.recv,
+        BufId::Scratch => ws.scratch.as_mut_ptr() as *mut u8,
+    };
+    base.wrapping_add(s.offset)
+}
+
+fn progress_comm(
+    cw: &mut CommWork<'_>,
+    st: &mut CommState,
+    pool: &mut Vec<Vec<u64>>,
+    deadline: Instant,
+) -> Result<bool> {
+    let me = cw.rank;
+    let mut progressed = false;
+
+    // Local steps.
+    let mut i = 0;
+    while i < st.locals.len() {
+        let (w, s) = st.locals[i];
+        if deps_done(&cw.works[w], &st.work_state[w], s) {
+            let Step::Local(op) = cw.works[w].plan.steps[s].step else { unreachable!("locals hold local steps") };
+            run_local(&cw.works[w], &mut st.work_state[w], &op)?;
+            st.locals.swap_remove(i);
+            mark_done(st, (w, s));
+            progressed = true;
+        } else {
+            i += 1;
+        }
+    }
+
+    // Sends and receives to self: matched in FIFO order, done as copies.
+    loop {
+        let (Some(&(sw, ss)), Some(&(rw, rs))) = (st.send_queues[me].front(), st.recv_queues[me].front()) else {
+            break;
+        };
+        if !deps_done(&cw.works[sw], &st.work_state[sw], ss) || !deps_done(&cw.works[rw], &st.work_state[rw], rs) {
+            break;
+        }
+        let Step::Send { src, .. } = cw.works[sw].plan.steps[ss].step else { unreachable!() };
+        let Step::Recv { dst, action, .. } = cw.works[rw].plan.steps[rs].step else { unreachable!() };
+        if src.len != dst.len {
+            return Err(Error::invalid_usage(format!(
+                "send to self of {} bytes matched a receive of {} bytes",
+                src.len, dst.len
+            )));
+        }
+        let mut staging = take_staging(pool, src.len);
+        let src_ptr = addr(&cw.works[sw], &mut st.work_state[sw], &src);
+        // SAFETY: src is a checked slice of a live buffer; staging is our own allocation of
+        // at least src.len bytes, so the regions cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src_ptr, staging.as_mut_ptr() as *mut u8, src.len) };
+        apply_recv(&cw.works[rw], &mut st.work_state[rw], &dst, &action, &staging)?;
+        pool.push(std::mem::take(&mut staging));
+        st.send_queues[me].pop_front();
+        st.recv_queues[me].pop_front();
+        mark_done(st, (sw, ss));
+        mark_done(st, (rw, rs));
+        progressed = true;
+    }
+
+    // Post sends whose dependencies are met, in per-peer order.
+    for peer in 0..st.send_queues.len() {
+        if peer == me {
+            continue;
+        }
+        while let Some(&(w, s)) = st.send_queues[peer].front() {
+            if !deps_done(&cw.works[w], &st.work_state[w], s) {
+                break;
+            }
+            let Step::Send { src, .. } = cw.works[w].plan.steps[s].step else { unreachable!() };
+            let ptr = addr(&cw.works[w], &mut st.work_state[w], &src);
+            // SAFETY: a checked slice of a live buffer that the plan does not write until this
+            // send has completed (the plan's dependency rule).
+            let region = unsafe { MemRegion::new(ptr, src.len) };
+            let conn = cw.links.send_conn(peer)?;
+            match conn.isend(region)? {
+                Some(req) => {
+                    st.send_queues[peer].pop_front();
+                    st.posted_sends.push((peer, req, (w, s)));
+                    progressed = true;
+                }
+                None => break,
+            }
+        }
+    }
+
+    // Post receives likewise: straight into the destination for copies, else into staging.
+    for peer in 0..st.recv_queues.len() {
+        if peer == me {
+            continue;
+        }
+        while let Some(&(w, s)) = st.recv_queues[peer].front() {
+            if !deps_done(&cw.works[w], &st.work_state[w], s) {
+                break;
+            }
+            let Some(conn) = cw.links.recv_conn(peer)? else {
+                if Instant::now() > deadline {
+                    return Err(Error::Timeout(format!("rank {peer} never connected to rank {me}")));
+                }
+                break;
+            };
+            let Step::Recv { dst, action, .. } = cw.works[w].plan.steps[s].step else { unreachable!() };
+            let (region, staging) = if action == RecvAction::Copy {
+                let ptr = addr(&cw.works[w], &mut st.work_state[w], &dst);
+                // SAFETY: checked slice of a live buffer, untouched by the plan until done.
+                (unsafe { MemRegion::new(ptr, dst.len) }, None)
+            } else {
+                let mut buf = take_staging(pool, dst.len);
+                // SAFETY: staging is owned by the PostedRecv entry until the request completes.
+                let region = unsafe { MemRegion::new(buf.as_mut_ptr() as *mut u8, dst.len) };
+                (region, Some(buf))
+            };
+            match conn.irecv(region)? {
+                Some(req) => {
+                    st.recv_queues[peer].pop_front();
+                    st.posted_recvs.push(PostedRecv { peer, req, step: (w, s), staging });
+                    progressed = true;
+                }
+                None => {
+                    if let Some(b) = staging {
+                        pool.push(b);
+                    }
+                    break;
+                }
+            }
+        }
+    }
+
+    // Complete what finished.
+    let mut i = 0;
+    while i < st.posted_sends.len() {
+        let (peer, req, r) = st.posted_sends[i];
+        let conn = cw.links.send_conn(peer)?;
+        if conn.test(req)?.is_some() {
+            st.posted_sends.swap_remove(i);
+            mark_done(st, r);
+            progressed = true;
+        } else {
+            i += 1;
+        }
+    }
+    let mut i = 0;
+    while i < st.posted_recvs.len() {
+        let peer = st.posted_recvs[i].peer;
+        let conn = cw.links.recv_conn(peer)?.ok_or_else(|| Error::internal("posted receive lost its connection"))?;
+        if conn.test(st.posted_recvs[i].req)?.is_none() {
+            i += 1;
+            continue;
+        }
+        let posted = st.posted_recvs.swap_remove(i);
+        let (w, s) = posted.step;
+        if let Some(staging) = posted.staging {
+            let Step::Recv { dst, action, .. } = cw.works[w].plan.steps[s].step else { unreachable!() };
+            apply_recv(&cw.works[w], &mut st.work_state[w], &dst, &action, &staging)?;
+            pool.push(staging);
+        }
+        mark_done(st, (w, s));
+        progressed = true;
+    }
+    Ok(progressed)
+}
+
+fn take_staging(pool: &mut Vec<Vec<u64>>, bytes: usize) -> Vec<u64> {
+    let words = bytes.div_ceil(8).max(1);
+    match pool.iter().position(|b| b.len() >= words) {
+        Some(i) => pool.swap_remove(i),
+        None => vec![0u64; words],
+    }
+}
+
+/// Bytes of a staging buffer.
+fn staging_bytes(staging: &[u64], len: usize) -> &[u8] {
+    debug_assert!(len <= staging.len() * 8);
+    // SAFETY: u64 storage reinterpreted as bytes; len is within the allocation.
+    unsafe { std::slice::from_raw_parts(staging.as_ptr() as *const u8, len) }
+}
+
+fn apply_recv(work: &Work, ws: &mut WorkState, dst: &Slice, action: &RecvAction, staging: &[u64]) -> Result<()> {
+    let incoming = staging_bytes(staging, dst.len);
+    let dst_ptr = addr(work, ws, dst);
+    match action {
+        RecvAction::Copy => {
+            // SAFETY: dst is a checked slice of a live buffer; staging is a separate allocation.
+            unsafe { std::ptr::copy_nonoverlapping(incoming.as_ptr(), dst_ptr, dst.len) };
+            Ok(())
+        }
+        RecvAction::Accumulate => {
+            let red = work.reduction.as_ref().expect("checked in build_state");
+            // SAFETY: dst is a checked slice no other step touches while this one runs.
+            let dst_bytes = unsafe { std::slice::from_raw_parts_mut(dst_ptr, dst.len) };
+            red.accumulate(dst_bytes, incoming)
+        }
+        RecvAction::Combine { local } => {
+            let red = work.reduction.as_ref().expect("checked in build_state");
+            let local_ptr = addr(work, ws, local) as *const u8;
+            if local.len != dst.len {
+                return Err(Error::internal("combine with slices of different lengths"));
+            }
+            // SAFETY: dst is a checked slice no other step touches while this one runs.
+            let dst_bytes = unsafe { std::slice::from_raw_parts_mut(dst_ptr, dst.len) };
+            if std::ptr::eq(local_ptr, dst_ptr) {
+                red.combine_in_place(dst_bytes, incoming)
+            } else if ranges_overlap(local_ptr, dst_ptr, dst.len) {
+                Err(Error::internal("combine with partially overlapping slices"))
+            } else {
+                // SAFETY: local is a checked slice of a live buffer, disjoint from dst.
+                let local_bytes = unsafe { std::slice::from_raw_parts(local_ptr, local.len) };
+                red.combine(dst_bytes, incoming, local_bytes)
+            }
+        }
+    }
+}
+
+fn ranges_overlap(a: *const u8, b: *const u8, len: usize) -> bool {
+    let (a, b) = (a as usize, b as usize);
+    a < b + len && b < a + len
+}
+
+fn run_local(work: &Work, ws: &mut WorkState, op: &LocalOp) -> Result<()> {
+    match op {
+        LocalOp::Copy { src, dst } => {
+            let s = addr(work, ws, src) as *const u8;
+            let d = addr(work, ws, dst);
+            if src.len != dst.len {
+                return Err(Error::internal("local copy of different lengths"));
+            }
+            if !std::ptr::eq(s, d) {
+                // SAFETY: both are checked slices of live buffers; `copy` handles overlap.
+                unsafe { std::ptr::copy(s, d, src.len) };
+            }
+            Ok(())
+        }
+        LocalOp::Prepare { src, dst } => {
+            let red = work.reduction.as_ref().expect("checked in build_state");
+            let s = addr(work, ws, src) as *const u8;
+            let d = addr(work, ws, dst);
+            // SAFETY: dst is a checked slice no other step touches while this one runs.
+            let dst_bytes = unsafe { std::slice::from_raw_parts_mut(d, dst.len) };
+            if std::ptr::eq(s, d) {
+                red.prepare_in_place(dst_bytes)
+            } else if ranges_overlap(s, d, dst.len) {
+                Err(Error::internal("prepare with partially overlapping slices"))
+            } else {
+                // SAFETY: src is a checked slice of a live buffer, disjoint from dst.
+                red.prepare(dst_bytes, unsafe { std::slice::from_raw_parts(s, src.len) })
+            }
+        }
+        LocalOp::Finalize { buf } => {
+            let red = work.reduction.as_ref().expect("checked in build_state");
+            let p = addr(work, ws, buf);
+            // SAFETY: a checked slice no other step touches while this one runs.
+            red.finalize(unsafe { std::slice::from_raw_parts_mut(p, buf.len) })
+        }
+    }
+}
+
+/// Sleeps until a socket with posted work is ready (or a short timeout, as a safety net).
+fn wait_for_io(comms: &[CommWork<'_>], states: &[CommState]) {
+    let mut fds: Vec<libc::pollfd> = Vec::new();
+    let mut add = |h: Option<WaitHint>| {
+        if let Some(h) = h {
+            let mut events = 0;
+            if h.readable {
+                events |= libc::POLLIN;
+            }
+            if h.writable {
+                events |= libc::POLLOUT;
+            }
+            fds.push(libc::pollfd { fd: h.fd, events, revents: 0 });
+        }
+    };
+    for (cw, st) in comms.iter().zip(states) {
+        for (peer, q) in st.recv_queues.iter().enumerate() {
+            if !q.is_empty() && peer != cw.rank && cw.links.recv_connected(peer).is_none() {
+                add(cw.links.listener_hint());
+            }
+        }
+        for &(peer, _, _) in &st.posted_sends {
+            add(cw.links.send_connected(peer).and_then(|c| c.wait_hint()));
+        }
+        for p in &st.posted_recvs {
+            add(cw.links.recv_connected(p.peer).and_then(|c| c.wait_hint()));
+        }
+    }
+    fds.sort_by_key(|p| (p.fd, p.events));
+    fds.dedup_by_key(|p| (p.fd, p.events));
+    let timeout = Duration::from_millis(20);
+    // SAFETY: fds is a valid array of pollfd for the duration of the call.
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout.as_millis() as i32) };
+}

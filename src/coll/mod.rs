@@ -1,0 +1,209 @@
+//! Collective operations on host memory: argument checks, buffer layout (NCCL's count and
+//! in-place rules), algorithm choice, and execution of the resulting plans.
+//!
+//! - [`plan`]: the step data model; [`algo`]: plan generators (ring, tree, direct) and the
+//!   size-based choice; [`sim`]: a socket-free simulator used by tests;
+//! - [`reduce`]: element-wise kernels; [`exec`]: the progress engine.
+
+pub mod algo;
+pub mod exec;
+pub mod plan;
+pub mod reduce;
+pub mod sim;
+
+use std::sync::Arc;
+
+use crate::comm::Comm;
+use crate::error::{Error, Result};
+use crate::types::DataType;
+use algo::CollKind;
+use exec::{CommWork, OpBuffers, Work};
+use reduce::Reduction;
+
+/// Which operation, with its root or peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CollOp {
+    AllReduce,
+    Broadcast { root: usize },
+    Reduce { root: usize },
+    AllGather,
+    ReduceScatter,
+    AlltoAll,
+    Gather { root: usize },
+    Scatter { root: usize },
+    Send { peer: usize },
+    Recv { peer: usize },
+}
+
+impl CollOp {
+    pub fn name(&self) -> &'static str {
+        match self {
+            CollOp::AllReduce => "AllReduce",
+            CollOp::Broadcast { .. } => "Broadcast",
+            CollOp::Reduce { .. } => "Reduce",
+            CollOp::AllGather => "AllGather",
+            CollOp::ReduceScatter => "ReduceScatter",
+            CollOp::AlltoAll => "AlltoAll",
+            CollOp::Gather { .. } => "Gather",
+            CollOp::Scatter { .. } => "Scatter",
+            CollOp::Send { .. } => "Send",
+            CollOp::Recv { .. } => "Recv",
+        }
+    }
+}
+
+/// One call as the user made it (pointers are the user's; see [`OpBuffers`]).
+#[derive(Clone, Copy, Debug)]
+pub struct OpRequest {
+    pub op: CollOp,
+    pub send: *const u8,
+    pub recv: *mut u8,
+    pub count: usize,
+    pub dtype: DataType,
+    pub reduction: Option<Reduction>,
+}
+
+// SAFETY: a request carries the user's addresses; the API contract keeps them valid until the
+// operation completes, whichever thread executes it.
+unsafe impl Send for OpRequest {}
+
+/// Bytes of the send and receive buffers this rank uses (NCCL's rules; 0 = unused).
+fn buffer_lengths(req: &OpRequest, rank: usize, nranks: usize) -> Result<(usize, usize)> {
+    let bytes = req
+        .count
+        .checked_mul(req.dtype.size())
+        .ok_or_else(|| Error::invalid_argument(format!("count {} overflows", req.count)))?;
+    let all =
+        bytes.checked_mul(nranks).ok_or_else(|| Error::invalid_argument(format!("count {} overflows", req.count)))?;
+    Ok(match req.op {
+        CollOp::AllReduce => (bytes, bytes),
+        CollOp::Broadcast { root } => (if rank == root { bytes } else { 0 }, bytes),
+        CollOp::Reduce { root } => (bytes, if rank == root { bytes } else { 0 }),
+        CollOp::AllGather => (bytes, all),
+        CollOp::ReduceScatter => (all, bytes),
+        CollOp::AlltoAll => (all, all),
+        CollOp::Gather { root } => (bytes, if rank == root { all } else { 0 }),
+        CollOp::Scatter { root } => (if rank == root { all } else { 0 }, bytes),
+        CollOp::Send { .. } => (bytes, 0),
+        CollOp::Recv { .. } => (0, bytes),
+    })
+}
+
+/// Checks a call's arguments against the communicator; nothing is changed on error.
+pub fn validate(comm: &Comm, req: &OpRequest) -> Result<()> {
+    let n = comm.nranks;
+    match req.op {
+        CollOp::Broadcast { root } | CollOp::Reduce { root } | CollOp::Gather { root } | CollOp::Scatter { root }
+            if root >= n =>
+        {
+            return Err(Error::invalid_argument(format!("root {root} is out of range for {n} ranks")))
+        }
+        CollOp::Send { peer } | CollOp::Recv { peer } if peer >= n => {
+            return Err(Error::invalid_argument(format!("peer {peer} is out of range for {n} ranks")))
+        }
+        _ => {}
+    }
+    let (send_len, recv_len) = buffer_lengths(req, comm.rank, n)?;
+    if send_len > 0 && req.send.is_null() {
+        return Err(Error::invalid_argument(format!("sendbuff is NULL with count {}", req.count)));
+    }
+    if recv_len > 0 && req.recv.is_null() {
+        return Err(Error::invalid_argument(format!("recvbuff is NULL with count {}", req.count)));
+    }
+    let needs_reduction = matches!(req.op, CollOp::AllReduce | CollOp::Reduce { .. } | CollOp::ReduceScatter);
+    if needs_reduction && req.reduction.is_none() {
+        return Err(Error::internal("reduction operation without an operator"));
+    }
+    Ok(())
+}
+
+/// Runs every queued operation of a group, per communicator in call order.
+pub fn run(by_comm: &[(Arc<Comm>, Vec<OpRequest>)]) -> Result<()> {
+    let tuning = tuning()?;
+    let mut guards = Vec::with_capacity(by_comm.len());
+    for (comm, _) in by_comm {
+        guards.push(comm.links()?);
+    }
+    let mut comm_works = Vec::with_capacity(by_comm.len());
+    for ((comm, reqs), links) in by_comm.iter().zip(guards.iter_mut()) {
+        let works = reqs.iter().map(|r| prepare(comm, r, &tuning)).collect::<Result<Vec<_>>>()?;
+        comm_works.push(CommWork { rank: comm.rank, links, works });
+    }
+    exec::execute(&mut comm_works)
+}
+
+/// Turns a request into a plan over its buffers.
+fn prepare(comm: &Comm, req: &OpRequest, tuning: &algo::Tuning) -> Result<Work> {
+    let (rank, n) = (comm.rank, comm.nranks);
+    let (send_len, recv_len) = buffer_lengths(req, rank, n)?;
+    let es = req.dtype.size();
+    let block = req.count * es;
+    let send = req.send as usize;
+    let recv = req.recv as usize;
+    // NCCL's in-place forms.
+    let in_place = match req.op {
+        CollOp::AllReduce | CollOp::Broadcast { .. } | CollOp::Reduce { .. } => send == recv && send != 0,
+        CollOp::AllGather => send != 0 && send == recv + rank * block,
+        CollOp::ReduceScatter => recv != 0 && recv == send + rank * block,
+        CollOp::Gather { root } => rank == root && send != 0 && send == recv + root * block,
+        CollOp::Scatter { root } => rank == root && recv != 0 && recv == send + root * block,
+        CollOp::AlltoAll | CollOp::Send { .. } | CollOp::Recv { .. } => false,
+    };
+    let mut bufs = OpBuffers { send: req.send, send_len, recv: req.recv, recv_len };
+    // Any other overlap of send and receive memory: work from a private copy of the input.
+    let overlap = send_len > 0 && recv_len > 0 && send < recv + recv_len && recv < send + send_len;
+    let mut send_copy = None;
+    if overlap && !in_place {
+        let mut copy = vec![0u64; send_len.div_ceil(8)];
+        // SAFETY: the user's send buffer is valid for send_len bytes (API contract); copy is ours.
+        unsafe { std::ptr::copy_nonoverlapping(req.send, copy.as_mut_ptr() as *mut u8, send_len) };
+        bufs.send = copy.as_ptr() as *const u8;
+        send_copy = Some(copy);
+    }
+    let (kind, root) = match req.op {
+        CollOp::AllReduce => (CollKind::AllReduce, 0),
+        CollOp::Broadcast { root } => (CollKind::Broadcast, root),
+        CollOp::Reduce { root } => (CollKind::Reduce, root),
+        CollOp::AllGather => (CollKind::AllGather, 0),
+        CollOp::ReduceScatter => (CollKind::ReduceScatter, 0),
+        CollOp::AlltoAll => (CollKind::AlltoAll, 0),
+        CollOp::Gather { root } => (CollKind::Gather, root),
+        CollOp::Scatter { root } => (CollKind::Scatter, root),
+        CollOp::Send { peer } => (CollKind::Send, peer),
+        CollOp::Recv { peer } => (CollKind::Recv, peer),
+    };
+    let args = algo::CollArgs {
+        kind,
+        bytes: block,
+        root,
+        in_place,
+        elem_size: es,
+        has_pre: req.reduction.is_some_and(|r| r.has_pre()),
+        has_post: req.reduction.is_some_and(|r| r.has_post()),
+    };
+    let choice = algo::choose(kind, args.total_bytes(n), n, tuning.tree_threshold, &tuning.selection);
+    if let Some(reason) = &choice.fallback_reason {
+        log::info!(target: "TUNING", "{}: {reason}", req.op.name());
+    }
+    let plan = algo::plan_with(&args, rank, n, choice.algorithm, tuning.chunk_bytes)?;
+    log::debug!(target: "COLL", "{} count {} datatype {} in_place {in_place} algorithm {} steps {}", req.op.name(), req.count, req.dtype, plan.algorithm, plan.steps.len());
+    Ok(Work { plan, bufs, reduction: req.reduction, send_copy })
+}
+
+/// Algorithm tuning from the environment (NCCL_ALGO, FERROCCL_CHUNK_SIZE,
+/// FERROCCL_TREE_THRESHOLD), parsed once.
+fn tuning() -> Result<algo::Tuning> {
+    static TUNING: std::sync::OnceLock<std::result::Result<algo::Tuning, String>> = std::sync::OnceLock::new();
+    let t = TUNING.get_or_init(|| {
+        let selection = match crate::env::get_str("NCCL_ALGO") {
+            Some(s) => algo::AlgoSelection::parse(&s).map_err(|e| format!("NCCL_ALGO: {e}"))?,
+            None => algo::AlgoSelection::default(),
+        };
+        Ok(algo::Tuning {
+            chunk_bytes: crate::env::get_bytes("FERROCCL_CHUNK_SIZE").max(1) as usize,
+            tree_threshold: crate::env::get_bytes("FERROCCL_TREE_THRESHOLD") as usize,
+            selection,
+        })
+    });
+    t.clone().map_err(Error::invalid_usage)
+}

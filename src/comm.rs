@@ -1,0 +1,403 @@
+//! Communicators: creation (from a unique id, from threads, from a parent by split), the
+//! handle registry the C API looks them up in, and their lifecycle.
+
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicI32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use crate::bootstrap::{self, Bootstrap, UniqueId};
+use crate::coll::reduce::Reduction;
+use crate::config::CommConfig;
+use crate::error::{Error, Result};
+use crate::transport::links::Links;
+use crate::transport::socket_net::SocketNet;
+use crate::transport::Net;
+use crate::types::{ncclComm_t, ncclResult_t, DataType, NCCL_NUM_OPS};
+
+/// What every rank learns about every other at init.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerInfo {
+    pub rank: usize,
+    pub host_hash: u64,
+    pub pid: u32,
+    pub cuda_dev: i32,
+    pub net_handle: Vec<u8>,
+}
+
+const PEER_INFO_BYTES: usize = 8 + 8 + 4 + 4 + 64;
+
+impl PeerInfo {
+    fn encode(&self) -> Result<Vec<u8>> {
+        if self.net_handle.len() > 64 {
+            return Err(Error::internal("net handle longer than 64 bytes"));
+        }
+        let mut b = vec![0u8; PEER_INFO_BYTES];
+        b[0..8].copy_from_slice(&(self.rank as u64).to_le_bytes());
+        b[8..16].copy_from_slice(&self.host_hash.to_le_bytes());
+        b[16..20].copy_from_slice(&self.pid.to_le_bytes());
+        b[20..24].copy_from_slice(&self.cuda_dev.to_le_bytes());
+        b[24] = self.net_handle.len() as u8;
+        b[25..25 + self.net_handle.len()].copy_from_slice(&self.net_handle);
+        Ok(b)
+    }
+    fn decode(b: &[u8]) -> Result<PeerInfo> {
+        let n = b[24] as usize;
+        if b.len() != PEER_INFO_BYTES || n > 63 {
+            return Err(Error::remote("malformed peer info"));
+        }
+        Ok(PeerInfo {
+            rank: u64::from_le_bytes(b[0..8].try_into().expect("8")) as usize,
+            host_hash: u64::from_le_bytes(b[8..16].try_into().expect("8")),
+            pid: u32::from_le_bytes(b[16..20].try_into().expect("4")),
+            cuda_dev: i32::from_le_bytes(b[20..24].try_into().expect("4")),
+            net_handle: b[25..25 + n].to_vec(),
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CommState {
+    Active = 0,
+    Finalized = 1,
+    Aborted = 2,
+}
+
+/// A communicator: one rank's membership in a group of ranks.
+pub struct Comm {
+    pub rank: usize,
+    pub nranks: usize,
+    pub cuda_dev: i32,
+    pub comm_hash: u64,
+    pub magic: u64,
+    pub peers: Vec<PeerInfo>,
+    pub config: CommConfig,
+    bootstrap: Mutex<Bootstrap>,
+    links: Mutex<Links>,
+    async_error: AtomicI32,
+    state: AtomicU8,
+    redops: Mutex<HashMap<c_int, Reduction>>,
+    next_redop: AtomicI32,
+    registrations: Mutex<HashMap<usize, (usize, usize)>>,
+    next_registration: AtomicUsize,
+}
+
+impl Comm {
+    /// Joins the communicator behind `id` (ncclCommInitRank*). Blocks until all ranks joined.
+    pub fn init_rank(
+        id: &UniqueId,
+        nranks: usize,
+        rank: usize,
+        config: CommConfig,
+        cuda_dev: i32,
+    ) -> Result<Arc<Comm>> {
+        if nranks == 0 {
+            return Err(Error::invalid_argument("nranks must be at least 1"));
+        }
+        if rank >= nranks {
+            return Err(Error::invalid_argument(format!("rank {rank} is out of range for {nranks} ranks")));
+        }
+        crate::debug::version_banner(&crate::version::banner());
+        let bootstrap = Bootstrap::join(id, rank, nranks)?;
+        Self::from_bootstrap(bootstrap, id.hash(), config, cuda_dev)
+    }
+
+    fn from_bootstrap(
+        mut bootstrap: Bootstrap,
+        comm_hash: u64,
+        config: CommConfig,
+        cuda_dev: i32,
+    ) -> Result<Arc<Comm>> {
+        let (rank, nranks, magic) = (bootstrap.rank(), bootstrap.nranks(), bootstrap.magic());
+        let net = network()?;
+        let (mut links, handle) = Links::listen(net.clone(), rank, nranks, magic)?;
+        let me = PeerInfo { rank, host_hash: host_hash(), pid: std::process::id(), cuda_dev, net_handle: handle };
+        let all = bootstrap.all_gather(&me.encode()?)?;
+        let peers: Vec<PeerInfo> = all.chunks(PEER_INFO_BYTES).map(PeerInfo::decode).collect::<Result<_>>()?;
+        for (i, p) in peers.iter().enumerate() {
+            if p.rank != i {
+                return Err(Error::remote(format!("peer info of rank {i} claims rank {}", p.rank)));
+            }
+        }
+        links.set_peer_handles(peers.iter().map(|p| p.net_handle.clone()).collect());
+        let comm = Comm {
+            rank,
+            nranks,
+            cuda_dev,
+            comm_hash,
+            magic,
+            peers,
+            config,
+            bootstrap: Mutex::new(bootstrap),
+            links: Mutex::new(links),
+            async_error: AtomicI32::new(0),
+            state: AtomicU8::new(CommState::Active as u8),
+            redops: Mutex::new(HashMap::new()),
+            next_redop: AtomicI32::new(NCCL_NUM_OPS),
+            registrations: Mutex::new(HashMap::new()),
+            next_registration: AtomicUsize::new(1),
+        };
+        log::info!(target: "INIT", "Using network {}", net.name());
+        log::info!(
+            target: "INIT",
+            "ncclCommInitRank comm {:#x} rank {rank} nranks {nranks} cudaDev {cuda_dev} commId {comm_hash:#x} - Init COMPLETE",
+            &comm as *const Comm as usize
+        );
+        Ok(Arc::new(comm))
+    }
+
+    pub fn state(&self) -> CommState {
+        match self.state.load(Ordering::Acquire) {
+            0 => CommState::Active,
+            1 => CommState::Finalized,
+            _ => CommState::Aborted,
+        }
+    }
+
+    /// Errors unless the communicator can still run operations.
+    pub fn check_usable(&self, function: &str) -> Result<()> {
+        match self.state() {
+            CommState::Active => {}
+            CommState::Finalized => {
+                return Err(Error::invalid_usage(format!("{function}: communicator was finalized")))
+            }
+            CommState::Aborted => return Err(Error::invalid_usage(format!("{function}: communicator was aborted"))),
+        }
+        let e = self.async_error.load(Ordering::Acquire);
+        if e != 0 && e != ncclResult_t::ncclInProgress.0 {
+            return Err(Error::invalid_usage(format!(
+                "{function}: communicator has a pending asynchronous error ({}); it must be destroyed",
+                crate::error::error_string(ncclResult_t(e)).to_string_lossy()
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn async_error(&self) -> ncclResult_t {
+        ncclResult_t(self.async_error.load(Ordering::Acquire))
+    }
+
+    /// Records a failure that leaves the communicator unusable (not bad arguments).
+    pub fn set_async_error(&self, e: &Error) {
+        if !matches!(e, Error::InvalidArgument(_)) {
+            let _ = self.async_error.compare_exchange(0, e.code().0, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+
+    pub fn links(&self) -> Result<MutexGuard<'_, Links>> {
+        self.links.try_lock().map_err(|_| {
+            Error::invalid_usage(
+                "communicator is already in use by another thread (NCCL forbids concurrent use of one communicator)",
+            )
+        })
+    }
+
+    pub fn bootstrap(&self) -> MutexGuard<'_, Bootstrap> {
+        self.bootstrap.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Host operations complete before their calls return, so nothing is in flight once the
+    /// caller reaches finalize: it is local (no barrier), which also lets one thread finalize
+    /// several communicators of one clique in turn.
+    pub fn finalize(&self) -> Result<()> {
+        self.check_usable("ncclCommFinalize")?;
+        self.state.store(CommState::Finalized as u8, Ordering::Release);
+        Ok(())
+    }
+
+    pub fn abort(&self) {
+        self.state.store(CommState::Aborted as u8, Ordering::Release);
+        if let Ok(mut l) = self.links.lock() {
+            l.close_all();
+        }
+    }
+
+    /// Creates a PreMulSum operator handle.
+    pub fn create_premul_sum(&self, dtype: DataType, scalar: &[u8]) -> Result<c_int> {
+        let red = Reduction::pre_mul_sum(dtype, scalar)?;
+        let handle = self.next_redop.fetch_add(1, Ordering::AcqRel);
+        if handle == c_int::MAX {
+            return Err(Error::invalid_usage("too many reduction operators created"));
+        }
+        self.redops.lock().unwrap_or_else(|p| p.into_inner()).insert(handle, red);
+        Ok(handle)
+    }
+
+    pub fn destroy_redop(&self, op: c_int) -> Result<()> {
+        if op < NCCL_NUM_OPS {
+            return Err(Error::invalid_argument(format!("ncclRedOpDestroy: operator {op} is built in")));
+        }
+        self.redops.lock().unwrap_or_else(|p| p.into_inner()).remove(&op).map(|_| ()).ok_or_else(|| {
+            Error::invalid_argument(format!("ncclRedOpDestroy: operator {op} was not created on this communicator"))
+        })
+    }
+
+    /// The reduction for an operator handle and type.
+    pub fn reduction(&self, op: c_int, dtype: DataType) -> Result<Reduction> {
+        if let Some(b) = crate::types::BuiltinOp::from_raw(crate::types::ncclRedOp_t(op)) {
+            return Ok(Reduction::builtin(dtype, b, self.nranks));
+        }
+        let red = self
+            .redops
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&op)
+            .copied()
+            .ok_or_else(|| Error::invalid_argument(format!("invalid reduction operator {op}")))?;
+        if red.dtype != dtype {
+            return Err(Error::invalid_argument(format!(
+                "operator {op} was created for {} but used with {dtype}",
+                red.dtype
+            )));
+        }
+        Ok(red)
+    }
+
+    /// ncclCommRegister for host memory: remembers the range and returns a handle.
+    pub fn register(&self, addr: usize, size: usize) -> usize {
+        let h = self.next_registration.fetch_add(1, Ordering::AcqRel);
+        self.registrations.lock().unwrap_or_else(|p| p.into_inner()).insert(h, (addr, size));
+        h
+    }
+
+    pub fn deregister(&self, handle: usize) -> Result<()> {
+        self.registrations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&handle)
+            .map(|_| ())
+            .ok_or_else(|| Error::invalid_argument("ncclCommDeregister: unknown registration handle"))
+    }
+
+    /// ncclCommSplit: every rank of `self` calls this; ranks with the same color form a new
+    /// communicator ordered by (key, old rank). NCCL_SPLIT_NOCOLOR (-1) yields `None`.
+    pub fn split(&self, color: c_int, key: c_int, config: CommConfig) -> Result<Option<Arc<Comm>>> {
+        self.check_usable("ncclCommSplit")?;
+        if color < -1 {
+            return Err(Error::invalid_argument(format!(
+                "ncclCommSplit: color {color} must be >= 0 or NCCL_SPLIT_NOCOLOR"
+            )));
+        }
+        let mut boot = self.bootstrap();
+        let mut mine = [0u8; 8];
+        mine[0..4].copy_from_slice(&color.to_le_bytes());
+        mine[4..8].copy_from_slice(&key.to_le_bytes());
+        let all = boot.all_gather(&mine)?;
+        let entries: Vec<(c_int, c_int)> = all
+            .chunks(8)
+            .map(|c| {
+                (
+                    c_int::from_le_bytes(c[0..4].try_into().expect("4")),
+                    c_int::from_le_bytes(c[4..8].try_into().expect("4")),
+                )
+            })
+            .collect();
+        if color == -1 {
+            return Ok(None);
+        }
+        let mut members: Vec<(c_int, usize)> =
+            entries.iter().enumerate().filter(|(_, (c, _))| *c == color).map(|(r, (_, k))| (*k, r)).collect();
+        members.sort();
+        let new_rank = members.iter().position(|&(_, r)| r == self.rank).expect("self is a member");
+        let leader = members[0].1;
+        // The leader makes the child's id and hands it to the other members.
+        let tag = 0x5000_0000u32 | (color as u32 & 0x0fff_ffff);
+        let id = if leader == self.rank {
+            let id = bootstrap::create_unique_id()?;
+            for &(_, r) in &members[1..] {
+                boot.send(r, tag, &id.encode())?;
+            }
+            id
+        } else {
+            let b = boot.recv(leader, tag)?;
+            let arr: [u8; 128] = b.try_into().map_err(|_| Error::remote("malformed split id"))?;
+            UniqueId::decode(&arr)?
+        };
+        drop(boot);
+        Comm::init_rank(&id, members.len(), new_rank, config, self.cuda_dev).map(Some)
+    }
+}
+
+/// The network provider: sockets today (IB verbs will be chosen first when present).
+fn network() -> Result<Arc<dyn Net>> {
+    static NET: OnceLock<std::result::Result<Arc<SocketNet>, String>> = OnceLock::new();
+    let net = NET.get_or_init(|| {
+        crate::transport::netif::pick().map_err(|e| e.to_string()).map(|iface| {
+            let net = SocketNet::new(iface);
+            log::info!(target: "NET", "NET/IB : No device found.");
+            log::info!(target: "NET", "NET/Socket : Using {}", net.describe());
+            Arc::new(net)
+        })
+    });
+    match net {
+        Ok(n) => Ok(n.clone()),
+        Err(e) => Err(Error::invalid_usage(e.clone())),
+    }
+}
+
+/// Host identity: hostname plus boot id, or NCCL_HOSTID.
+pub fn host_hash() -> u64 {
+    let ident = crate::env::get_str("NCCL_HOSTID").unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        format!("{}{}", host.trim(), boot.trim())
+    });
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in ident.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Live communicators by handle. Handles are never reused, so a destroyed handle is always
+/// recognised (and never dereferenced).
+static REGISTRY: OnceLock<Mutex<HashMap<usize, Arc<Comm>>>> = OnceLock::new();
+static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(1);
+
+fn registry() -> MutexGuard<'static, HashMap<usize, Arc<Comm>>> {
+    REGISTRY.get_or_init(|| Mutex::new(HashMap::new())).lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Gives C a handle for a new communicator.
+pub fn register_handle(comm: Arc<Comm>) -> ncclComm_t {
+    // Handles look like aligned pointers but are opaque tokens (C never dereferences them).
+    let token = NEXT_HANDLE.fetch_add(1, Ordering::AcqRel) << 4;
+    registry().insert(token, comm);
+    token as ncclComm_t
+}
+
+/// The communicator behind a handle; NULL or unknown (destroyed) handles are errors.
+pub fn lookup(handle: ncclComm_t, function: &str) -> Result<Arc<Comm>> {
+    if handle.is_null() {
+        return Err(Error::invalid_argument(format!("{function}: comm is NULL")));
+    }
+    registry().get(&(handle as usize)).cloned().ok_or_else(|| {
+        Error::invalid_argument(format!("{function}: comm {handle:p} is not a live communicator (destroyed?)"))
+    })
+}
+
+/// Removes a handle (destroy/abort); the communicator is freed when its last user is done.
+pub fn unregister(handle: ncclComm_t, function: &str) -> Result<Arc<Comm>> {
+    if handle.is_null() {
+        return Err(Error::invalid_argument(format!("{function}: comm is NULL")));
+    }
+    registry().remove(&(handle as usize)).ok_or_else(|| {
+        Error::invalid_argument(format!("{function}: comm {handle:p} is not a live communicator (destroyed?)"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_info_round_trip() {
+        let p = PeerInfo { rank: 3, host_hash: 99, pid: 1234, cuda_dev: -1, net_handle: vec![1, 2, 3] };
+        assert_eq!(PeerInfo::decode(&p.encode().unwrap()).unwrap(), p);
+        let mut bad = p.encode().unwrap();
+        bad[24] = 200;
+        assert!(PeerInfo::decode(&bad).is_err());
+    }
+}

@@ -1,0 +1,278 @@
+//! Communicator creation and teardown.
+
+use std::ffi::c_int;
+
+use super::{boundary, non_null};
+use crate::bootstrap::{self, UniqueId};
+use crate::comm::{self, Comm};
+use crate::config::{self, CommConfig};
+use crate::error::{Error, Result};
+use crate::group;
+use crate::types::{ncclComm_t, ncclConfig_t, ncclResult_t, ncclUniqueId};
+
+/// Generates an id to be given to every rank before ncclCommInitRank. Starts the rendezvous
+/// root in this process.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclGetUniqueId(uniqueId: *mut ncclUniqueId) -> ncclResult_t {
+    boundary("ncclGetUniqueId", || {
+        non_null(uniqueId, "ncclGetUniqueId", "uniqueId")?;
+        crate::encryption::freeze();
+        crate::debug::version_banner(&crate::version::banner());
+        let id = match bootstrap::env_unique_id()? {
+            Some(id) => id,
+            None => bootstrap::create_unique_id()?,
+        };
+        // SAFETY: checked non-null; the caller provides a writable ncclUniqueId.
+        unsafe { uniqueId.write(ncclUniqueId::from_bytes(&id.encode())) };
+        Ok(())
+    })
+}
+
+/// Creates a communicator with a configuration (multi-process or multi-thread).
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclCommInitRankConfig(
+    comm: *mut ncclComm_t,
+    nranks: c_int,
+    commId: ncclUniqueId,
+    rank: c_int,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
+    boundary("ncclCommInitRankConfig", || {
+        // SAFETY: config is NULL or a caller-initialised ncclConfig_t.
+        let cfg = unsafe { parse_config(config) }?;
+        init_rank_checked("ncclCommInitRankConfig", comm, nranks, &commId, rank, cfg)
+    })
+}
+
+/// Creates a communicator (multi-process or multi-thread).
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclCommInitRank(
+    comm: *mut ncclComm_t,
+    nranks: c_int,
+    commId: ncclUniqueId,
+    rank: c_int,
+) -> ncclResult_t {
+    boundary("ncclCommInitRank", || {
+        init_rank_checked("ncclCommInitRank", comm, nranks, &commId, rank, CommConfig::default())
+    })
+}
+
+/// Creates `ndev` communicators in this process, one per rank (ranks are threads).
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t {
+    boundary("ncclCommInitAll", || {
+        non_null(comm, "ncclCommInitAll", "comm")?;
+        if ndev < 1 {
+            return Err(Error::invalid_argument(format!("ncclCommInitAll: ndev {ndev} must be at least 1")));
+        }
+        let n = ndev as usize;
+        let devs: Vec<c_int> = if devlist.is_null() {
+            (0..ndev).collect()
+        } else {
+            // SAFETY: the caller passes ndev device numbers.
+            unsafe { std::slice::from_raw_parts(devlist, n) }.to_vec()
+        };
+        crate::encryption::freeze();
+        let id = bootstrap::create_unique_id()?;
+        let threads: Vec<_> = devs
+            .into_iter()
+            .enumerate()
+            .map(|(rank, dev)| {
+                std::thread::Builder::new()
+                    .name("ferroccl-init".into())
+                    .spawn(move || Comm::init_rank(&id, n, rank, CommConfig::default(), dev))
+            })
+            .collect::<std::io::Result<_>>()
+            .map_err(|e| Error::system("spawn init thread", e))?;
+        let mut comms = Vec::with_capacity(n);
+        for t in threads {
+            comms.push(t.join().unwrap_or_else(|_| Err(Error::internal("init thread panicked")))?);
+        }
+        for (i, c) in comms.into_iter().enumerate() {
+            // SAFETY: the caller provides room for ndev handles.
+            unsafe { comm.add(i).write(comm::register_handle(c)) };
+        }
+        Ok(())
+    })
+}
+
+/// Creates a communicator from several ids (NCCL spreads the rendezvous over them; ferroccl
+/// currently rendezvouses at the first).
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclCommInitRankScalable(
+    newcomm: *mut ncclComm_t,
+    nranks: c_int,
+    myrank: c_int,
+    nId: c_int,
+    commIds: *mut ncclUniqueId,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
+    boundary("ncclCommInitRankScalable", || {
+        non_null(commIds, "ncclCommInitRankScalable", "commIds")?;
+        if nId < 1 || nId > nranks.max(1) {
+            return Err(Error::invalid_argument(format!("ncclCommInitRankScalable: nId {nId} must be in 1..=nranks")));
+        }
+        // SAFETY: config is NULL or a caller-initialised ncclConfig_t.
+        let cfg = unsafe { parse_config(config) }?;
+        // SAFETY: commIds holds nId ids; we read the first.
+        let first = unsafe { commIds.read() };
+        init_rank_checked("ncclCommInitRankScalable", newcomm, nranks, &first, myrank, cfg)
+    })
+}
+
+/// Reads and resolves an optional config.
+///
+/// # Safety
+/// `config` must be NULL or point to a caller-initialised ncclConfig_t.
+pub(crate) unsafe fn parse_config(config: *const ncclConfig_t) -> Result<CommConfig> {
+    if config.is_null() {
+        return Ok(CommConfig::default());
+    }
+    // SAFETY: forwarded from the caller.
+    let raw = unsafe { config::read_config(config) }?;
+    // SAFETY: string fields of a caller-initialised config are NULL or valid strings.
+    unsafe { config::resolve(&raw) }
+}
+
+fn init_rank_checked(
+    function: &'static str,
+    out: *mut ncclComm_t,
+    nranks: c_int,
+    id: &ncclUniqueId,
+    rank: c_int,
+    cfg: CommConfig,
+) -> Result<()> {
+    non_null(out, function, "comm")?;
+    if nranks < 1 {
+        return Err(Error::invalid_argument(format!("{function}: nranks {nranks} must be at least 1")));
+    }
+    if rank < 0 || rank >= nranks {
+        return Err(Error::invalid_argument(format!("{function}: rank {rank} is out of range for {nranks} ranks")));
+    }
+    let uid = UniqueId::decode(&id.to_bytes()).map_err(|e| e.context(function))?;
+    crate::encryption::freeze();
+    // SAFETY: out is non-null and writable; NULL until the communicator exists.
+    unsafe { out.write(std::ptr::null_mut()) };
+    let out_addr = out as usize;
+    let (nranks, rank) = (nranks as usize, rank as usize);
+    group::init(Box::new(move || {
+        if rank == 0 && uid.magic == bootstrap::id::COMM_ID_ENV_MAGIC {
+            bootstrap::start_env_root(&uid)?;
+        }
+        let comm = Comm::init_rank(&uid, nranks, rank, cfg, current_device())?;
+        // SAFETY: the caller keeps `out` valid until the call (or the enclosing group) ends.
+        unsafe { (out_addr as *mut ncclComm_t).write(comm::register_handle(comm)) };
+        Ok(())
+    }))
+}
+
+/// The CUDA device of the calling thread (0 without CUDA support).
+fn current_device() -> c_int {
+    0
+}
+
+/// Waits until every rank reaches finalize; the communicator then only accepts Destroy.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
+    boundary("ncclCommFinalize", || comm::lookup(comm, "ncclCommFinalize")?.finalize())
+}
+
+/// Frees the communicator's local resources.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
+    boundary("ncclCommDestroy", || {
+        let c = comm::unregister(comm, "ncclCommDestroy")?;
+        c.abort();
+        log::info!(target: "DESTROY", "comm {:p} rank {} nranks {} - Destroy COMPLETE", comm, c.rank, c.nranks);
+        Ok(())
+    })
+}
+
+/// Frees the communicator at once, abandoning anything in flight.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
+    boundary("ncclCommAbort", || {
+        let c = comm::unregister(comm, "ncclCommAbort")?;
+        c.abort();
+        log::info!(target: "DESTROY", "comm {:p} rank {} nranks {} - Abort COMPLETE", comm, c.rank, c.nranks);
+        Ok(())
+    })
+}
+
+/// Splits a communicator by color, ordering the new ranks by key.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclCommSplit(
+    comm: ncclComm_t,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut ncclComm_t,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
+    boundary("ncclCommSplit", || {
+        let parent = comm::lookup(comm, "ncclCommSplit")?;
+        non_null(newcomm, "ncclCommSplit", "newcomm")?;
+        let cfg = if config.is_null() {
+            parent.config.clone()
+        } else {
+            // SAFETY: config is a caller-initialised ncclConfig_t.
+            unsafe { parse_config(config) }?
+        };
+        // SAFETY: checked non-null.
+        unsafe { newcomm.write(std::ptr::null_mut()) };
+        let out_addr = newcomm as usize;
+        group::init(Box::new(move || {
+            let child = parent.split(color, key, cfg)?;
+            let handle = child.map_or(std::ptr::null_mut(), comm::register_handle);
+            // SAFETY: the caller keeps `newcomm` valid until the call (or group) ends.
+            unsafe { (out_addr as *mut ncclComm_t).write(handle) };
+            Ok(())
+        }))
+    })
+}
+
+/// Not implemented yet: returns ncclInvalidUsage.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclCommShrink(
+    comm: ncclComm_t,
+    excludeRanksList: *mut c_int,
+    excludeRanksCount: c_int,
+    newcomm: *mut ncclComm_t,
+    config: *mut ncclConfig_t,
+    shrinkFlags: c_int,
+) -> ncclResult_t {
+    let _ = (comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
+    boundary("ncclCommShrink", || Err(Error::not_implemented("ncclCommShrink")))
+}
+
+/// ferroccl: creates a communicator spanning the MPI communicator whose Fortran handle is
+/// `fcomm` (`MPI_Comm_c2f(comm)` from C; the INTEGER handle or `comm%MPI_VAL` from Fortran).
+/// Collective over that communicator; needs no unique id. The MPI communicator is untouched.
+#[unsafe(no_mangle)]
+pub extern "C" fn ferrocclCommInitMpi(comm: *mut ncclComm_t, fcomm: c_int) -> ncclResult_t {
+    boundary("ferrocclCommInitMpi", || init_mpi(comm, fcomm, CommConfig::default()))
+}
+
+/// ferroccl: as ferrocclCommInitMpi, with a configuration.
+#[unsafe(no_mangle)]
+pub extern "C" fn ferrocclCommInitMpiConfig(
+    comm: *mut ncclComm_t,
+    fcomm: c_int,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
+    boundary("ferrocclCommInitMpiConfig", || {
+        // SAFETY: config is NULL or a caller-initialised ncclConfig_t.
+        let cfg = unsafe { parse_config(config) }?;
+        init_mpi(comm, fcomm, cfg)
+    })
+}
+
+fn init_mpi(out: *mut ncclComm_t, fcomm: c_int, cfg: CommConfig) -> Result<()> {
+    non_null(out, "ferrocclCommInitMpi", "comm")?;
+    crate::encryption::freeze();
+    let (rank, nranks, id) = bootstrap::mpi::exchange_id(fcomm, || Ok(bootstrap::create_unique_id()?.encode()))?;
+    let uid = UniqueId::decode(&id)?;
+    let comm = Comm::init_rank(&uid, nranks, rank, cfg, current_device())?;
+    // SAFETY: checked non-null.
+    unsafe { out.write(comm::register_handle(comm)) };
+    Ok(())
+}

@@ -1,0 +1,362 @@
+//! TCP building blocks shared by the bootstrap and the socket transport: listening on the
+//! chosen interface, connecting with NCCL's retry rules, the hello every connection starts
+//! with, and blocking length-prefixed messages for setup traffic.
+//!
+//! Every byte ferroccl sends over TCP goes through [`Stream`], so that encryption (TLS) wraps
+//! all of it in one place.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+/// What a connection is for; sent in the hello so an acceptor can route it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum ConnKind {
+    /// A rank contacting the unique-id root.
+    Root = 1,
+    /// The bootstrap ring (rank -> rank+1).
+    Ring = 2,
+    /// A bootstrap point-to-point message.
+    BootstrapP2p = 3,
+    /// A data connection of the socket transport.
+    Data = 4,
+}
+
+impl ConnKind {
+    fn from_u32(v: u32) -> Option<ConnKind> {
+        match v {
+            1 => Some(ConnKind::Root),
+            2 => Some(ConnKind::Ring),
+            3 => Some(ConnKind::BootstrapP2p),
+            4 => Some(ConnKind::Data),
+            _ => None,
+        }
+    }
+}
+
+/// First bytes of every connection: the communicator's magic, the purpose and the sender.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hello {
+    pub magic: u64,
+    pub kind: ConnKind,
+    pub rank: u32,
+    /// Purpose-specific value (bootstrap tag, data channel index).
+    pub extra: u32,
+}
+
+pub const HELLO_BYTES: usize = 20;
+
+impl Hello {
+    pub fn encode(&self) -> [u8; HELLO_BYTES] {
+        let mut b = [0u8; HELLO_BYTES];
+        b[0..8].copy_from_slice(&self.magic.to_le_bytes());
+        b[8..12].copy_from_slice(&(self.kind as u32).to_le_bytes());
+        b[12..16].copy_from_slice(&self.rank.to_le_bytes());
+        b[16..20].copy_from_slice(&self.extra.to_le_bytes());
+        b
+    }
+
+    /// Parses a hello, rejecting a wrong magic or an unknown kind.
+    pub fn decode(b: &[u8; HELLO_BYTES], expected_magic: u64) -> Result<Hello> {
+        let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let magic = u64::from_le_bytes(b[0..8].try_into().expect("8 bytes"));
+        if magic != expected_magic {
+            return Err(Error::remote(format!(
+                "connection with wrong magic {magic:#018x} (expected {expected_magic:#018x}) dropped"
+            )));
+        }
+        let kind = ConnKind::from_u32(word(8))
+            .ok_or_else(|| Error::remote(format!("connection of unknown kind {} dropped", word(8))))?;
+        Ok(Hello { magic, kind, rank: word(12), extra: word(16) })
+    }
+}
+
+/// A connected byte stream. Plaintext TCP today; the TLS variant slots in here.
+pub struct Stream {
+    tcp: TcpStream,
+    peer: SocketAddr,
+}
+
+impl Stream {
+    pub fn from_tcp(tcp: TcpStream) -> Result<Stream> {
+        crate::encryption::require_plaintext_allowed("TCP connection")?;
+        let peer = tcp.peer_addr().map_err(|e| Error::system("getpeername", e))?;
+        tcp.set_nodelay(true).map_err(|e| Error::system("TCP_NODELAY", e))?;
+        Ok(Stream { tcp, peer })
+    }
+
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    pub fn tcp(&self) -> &TcpStream {
+        &self.tcp
+    }
+
+    pub fn set_timeout(&self, timeout: Option<Duration>) -> Result<()> {
+        self.tcp.set_read_timeout(timeout).map_err(|e| Error::system("SO_RCVTIMEO", e))?;
+        self.tcp.set_write_timeout(timeout).map_err(|e| Error::system("SO_SNDTIMEO", e))
+    }
+
+    pub fn set_nonblocking(&self, on: bool) -> Result<()> {
+        self.tcp.set_nonblocking(on).map_err(|e| Error::system("O_NONBLOCK", e))
+    }
+
+    pub fn shutdown(&self) {
+        let _ = self.tcp.shutdown(Shutdown::Both);
+    }
+
+    /// Writes all of `data`, mapping failures to errors naming `what`.
+    pub fn write_all_or(&mut self, data: &[u8], what: &str) -> Result<()> {
+        self.write_all(data).map_err(|e| io_error(e, what, self.peer))
+    }
+
+    /// Reads exactly `buf.len()` bytes.
+    pub fn read_exact_or(&mut self, buf: &mut [u8], what: &str) -> Result<()> {
+        self.read_exact(buf).map_err(|e| io_error(e, what, self.peer))
+    }
+
+    /// A length-prefixed message (u32 little-endian length, then the bytes).
+    pub fn send_msg(&mut self, data: &[u8], what: &str) -> Result<()> {
+        let len = u32::try_from(data.len())
+            .map_err(|_| Error::internal(format!("{what}: message of {} bytes too long", data.len())))?;
+        let mut frame = Vec::with_capacity(4 + data.len());
+        frame.extend_from_slice(&len.to_le_bytes());
+        frame.extend_from_slice(data);
+        self.write_all_or(&frame, what)
+    }
+
+    /// Receives one length-prefixed message of at most `max` bytes (more is garbage).
+    pub fn recv_msg(&mut self, max: usize, what: &str) -> Result<Vec<u8>> {
+        let mut len = [0u8; 4];
+        self.read_exact_or(&mut len, what)?;
+        let len = u32::from_le_bytes(len) as usize;
+        if len > max {
+            return Err(Error::remote(format!(
+                "{what}: peer {} announced a {len}-byte message (limit {max}); dropping connection",
+                self.peer
+            )));
+        }
+        let mut data = vec![0u8; len];
+        self.read_exact_or(&mut data, what)?;
+        Ok(data)
+    }
+
+    pub fn send_hello(&mut self, hello: &Hello) -> Result<()> {
+        self.write_all_or(&hello.encode(), "hello")
+    }
+
+    pub fn recv_hello(&mut self, magic: u64) -> Result<Hello> {
+        let mut b = [0u8; HELLO_BYTES];
+        self.read_exact_or(&mut b, "hello")?;
+        Hello::decode(&b, magic)
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.tcp.read(buf)
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.tcp.write(buf)
+    }
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.tcp.write_vectored(bufs)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.tcp.flush()
+    }
+}
+
+/// An I/O failure as a ferroccl error: a vanished peer is `Remote`, a timeout `Timeout`.
+pub fn io_error(e: io::Error, what: &str, peer: SocketAddr) -> Error {
+    match e.kind() {
+        io::ErrorKind::UnexpectedEof
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe => Error::remote(format!("{what}: connection to {peer} closed ({e})")),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Timeout(format!("{what}: no answer from {peer}")),
+        _ => Error::system(format!("{what} with {peer}"), e),
+    }
+}
+
+/// Listens on `ip` with an ephemeral port (or `port`).
+pub fn listen(ip: IpAddr, port: u16) -> Result<TcpListener> {
+    TcpListener::bind(SocketAddr::new(ip, port)).map_err(|e| Error::system(format!("bind {ip}:{port}"), e))
+}
+
+/// Connects, retrying refused connections like NCCL (NCCL_SOCKET_RETRY_CNT x
+/// NCCL_SOCKET_RETRY_SLEEP_MSEC) and never past `deadline`.
+pub fn connect(addr: SocketAddr, deadline: Instant) -> Result<Stream> {
+    let retries = crate::env::get_int("NCCL_SOCKET_RETRY_CNT").max(0) as u32;
+    let sleep = Duration::from_millis(crate::env::get_int("NCCL_SOCKET_RETRY_SLEEP_MSEC").max(1) as u64);
+    let mut attempt = 0u32;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::Timeout(format!("connect to {addr}: bootstrap timeout")));
+        }
+        match TcpStream::connect_timeout(&addr, left) {
+            Ok(tcp) => return Stream::from_tcp(tcp),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionRefused | io::ErrorKind::Interrupted | io::ErrorKind::AddrNotAvailable
+                ) && attempt < retries =>
+            {
+                attempt += 1;
+                std::thread::sleep(sleep.min(left));
+            }
+            Err(e) => return Err(Error::system(format!("connect to {addr}"), e)),
+        }
+    }
+}
+
+/// Accepts one connection, giving up at `deadline`.
+pub fn accept(listener: &TcpListener, deadline: Instant) -> Result<Stream> {
+    listener.set_nonblocking(true).map_err(|e| Error::system("O_NONBLOCK", e))?;
+    loop {
+        match listener.accept() {
+            Ok((tcp, _)) => {
+                tcp.set_nonblocking(false).map_err(|e| Error::system("O_NONBLOCK", e))?;
+                return Stream::from_tcp(tcp);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {
+                if Instant::now() >= deadline {
+                    return Err(Error::Timeout("accept: no peer connected before the bootstrap timeout".into()));
+                }
+                wait_readable(listener, Duration::from_millis(50));
+            }
+            Err(e) => return Err(Error::system("accept", e)),
+        }
+    }
+}
+
+/// Blocks until `fd` is readable or `timeout` passes.
+pub fn wait_readable(fd: &impl std::os::fd::AsRawFd, timeout: Duration) {
+    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd on the stack; poll only writes revents.
+    unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
+}
+
+/// Encodes a socket address in 28 bytes (family, port, address, scope), for ids and tables.
+pub fn encode_addr(addr: &SocketAddr, out: &mut [u8]) {
+    debug_assert!(out.len() >= ADDR_BYTES);
+    out[..ADDR_BYTES].fill(0);
+    match addr {
+        SocketAddr::V4(a) => {
+            out[0..2].copy_from_slice(&(libc::AF_INET as u16).to_le_bytes());
+            out[2..4].copy_from_slice(&a.port().to_be_bytes());
+            out[4..8].copy_from_slice(&a.ip().octets());
+        }
+        SocketAddr::V6(a) => {
+            out[0..2].copy_from_slice(&(libc::AF_INET6 as u16).to_le_bytes());
+            out[2..4].copy_from_slice(&a.port().to_be_bytes());
+            out[4..20].copy_from_slice(&a.ip().octets());
+            out[20..24].copy_from_slice(&a.scope_id().to_le_bytes());
+        }
+    }
+}
+
+pub const ADDR_BYTES: usize = 28;
+
+/// Decodes [`encode_addr`]'s format; garbage is an error.
+pub fn decode_addr(b: &[u8]) -> Result<SocketAddr> {
+    if b.len() < ADDR_BYTES {
+        return Err(Error::invalid_argument("address record too short"));
+    }
+    let family = u16::from_le_bytes([b[0], b[1]]) as i32;
+    let port = u16::from_be_bytes([b[2], b[3]]);
+    if port == 0 {
+        return Err(Error::invalid_argument("address record has port 0"));
+    }
+    match family {
+        libc::AF_INET => {
+            let ip: [u8; 4] = b[4..8].try_into().expect("4 bytes");
+            Ok(SocketAddr::from((ip, port)))
+        }
+        libc::AF_INET6 => {
+            let ip: [u8; 16] = b[4..20].try_into().expect("16 bytes");
+            let scope = u32::from_le_bytes(b[20..24].try_into().expect("4 bytes"));
+            Ok(SocketAddr::V6(std::net::SocketAddrV6::new(ip.into(), port, 0, scope)))
+        }
+        other => Err(Error::invalid_argument(format!("address record has unknown family {other}"))),
+    }
+}
+
+/// Parses NCCL_COMM_ID: `<ipv4>:<port>`, `[<ipv6>]:<port>` or `<host>:<port>`.
+pub fn parse_comm_id(spec: &str) -> Result<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    let bad = || Error::invalid_argument(format!("NCCL_COMM_ID '{spec}': expected <host>:<port> or [<ipv6>]:<port>"));
+    if let Ok(addr) = spec.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let (host, port) = spec.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    (host.trim_start_matches('[').trim_end_matches(']'), port)
+        .to_socket_addrs()
+        .map_err(|_| bad())?
+        .next()
+        .ok_or_else(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hello_round_trip_and_wrong_magic() {
+        let h = Hello { magic: 0x1234, kind: ConnKind::Data, rank: 3, extra: 9 };
+        assert_eq!(Hello::decode(&h.encode(), 0x1234).unwrap(), h);
+        assert!(Hello::decode(&h.encode(), 0x9999).is_err());
+        let mut garbage = h.encode();
+        garbage[8] = 77;
+        assert!(Hello::decode(&garbage, 0x1234).is_err());
+    }
+
+    #[test]
+    fn addr_codec() {
+        for s in ["127.0.0.1:5000", "[::1]:6000", "[fe80::1%3]:7"] {
+            let a: SocketAddr = s.parse().unwrap();
+            let mut b = [0u8; ADDR_BYTES];
+            encode_addr(&a, &mut b);
+            assert_eq!(decode_addr(&b).unwrap(), a);
+        }
+        assert!(decode_addr(&[0u8; ADDR_BYTES]).is_err());
+        assert!(decode_addr(&[1u8; 4]).is_err());
+    }
+
+    #[test]
+    fn comm_id_forms() {
+        assert_eq!(parse_comm_id("127.0.0.1:1234").unwrap(), "127.0.0.1:1234".parse().unwrap());
+        assert_eq!(parse_comm_id("[::1]:99").unwrap(), "[::1]:99".parse().unwrap());
+        assert_eq!(parse_comm_id("localhost:80").unwrap().port(), 80);
+        assert!(parse_comm_id("nonsense").is_err());
+        assert!(parse_comm_id("host:notaport").is_err());
+    }
+
+    #[test]
+    fn framed_messages_and_garbage_limit() {
+        let l = listen("127.0.0.1".parse().unwrap(), 0).unwrap();
+        let addr = l.local_addr().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let t = std::thread::spawn(move || {
+            let mut s = accept(&l, deadline).unwrap();
+            let a = s.recv_msg(100, "test").unwrap();
+            let b = s.recv_msg(4, "test");
+            (a, b.is_err())
+        });
+        let mut c = connect(addr, deadline).unwrap();
+        c.send_msg(b"hello", "test").unwrap();
+        c.send_msg(b"too long for the limit", "test").unwrap();
+        let (a, rejected) = t.join().unwrap();
+        assert_eq!(a, b"hello");
+        assert!(rejected);
+    }
+}

@@ -1,0 +1,141 @@
+//! Communicator lifecycle: InitAll driven from one thread, init inside groups, split, many
+//! communicators at once from several threads, queries, finalize.
+
+use std::ffi::c_void;
+
+use ferroccl::ffi::coll::ncclAllReduce;
+use ferroccl::ffi::group::{ncclGroupEnd, ncclGroupStart};
+use ferroccl::ffi::init::*;
+use ferroccl::ffi::query::{ncclCommCount, ncclCommCuDevice, ncclCommUserRank};
+use ferroccl::types::{ncclComm_t, ncclDataType_t, ncclRedOp_t, NCCL_SPLIT_NOCOLOR};
+
+use crate::common::*;
+
+const S: *mut c_void = std::ptr::null_mut();
+
+#[test]
+fn init_all_driven_from_one_thread_with_groups() {
+    let n = 4;
+    let mut comms = vec![std::ptr::null_mut(); n];
+    check(ncclCommInitAll(comms.as_mut_ptr(), n as i32, std::ptr::null()), "ncclCommInitAll");
+    for (i, &c) in comms.iter().enumerate() {
+        let (mut count, mut rank, mut dev) = (0, 0, -1);
+        check(ncclCommCount(c, &mut count), "count");
+        check(ncclCommUserRank(c, &mut rank), "rank");
+        check(ncclCommCuDevice(c, &mut dev), "dev");
+        assert_eq!((count, rank, dev), (n as i32, i as i32, i as i32));
+    }
+    let count = 100_000;
+    let inputs: Vec<Vec<f32>> = (0..n).map(|r| (0..count).map(|i| (r * 3 + i % 7) as f32).collect()).collect();
+    let mut outputs = vec![vec![0f32; count]; n];
+    check(ncclGroupStart(), "group start");
+    for r in 0..n {
+        check(
+            ncclAllReduce(
+                inputs[r].as_ptr().cast(),
+                outputs[r].as_mut_ptr().cast(),
+                count,
+                ncclDataType_t(7),
+                ncclRedOp_t(0),
+                comms[r],
+                S,
+            ),
+            "allreduce",
+        );
+    }
+    check(ncclGroupEnd(), "group end");
+    for out in &outputs {
+        for (i, v) in out.iter().enumerate() {
+            assert_eq!(*v, (0..n).map(|r| (r * 3 + i % 7) as f32).sum::<f32>());
+        }
+    }
+    for c in comms {
+        check(ncclCommFinalize(c), "finalize");
+        check(ncclCommDestroy(c), "destroy");
+    }
+}
+
+#[test]
+fn init_rank_config_inside_a_group_from_one_thread() {
+    // nccl-tests' pattern: one thread, several ncclCommInitRankConfig calls in one group.
+    let n = 3;
+    let id = unique_id();
+    let mut comms: Vec<ncclComm_t> = vec![std::ptr::null_mut(); n];
+    let mut config = ferroccl::config::undef_config();
+    check(ncclGroupStart(), "group start");
+    for (r, c) in comms.iter_mut().enumerate() {
+        check(ncclCommInitRankConfig(c, n as i32, id, r as i32, &mut config), "init in group");
+    }
+    check(ncclGroupEnd(), "group end");
+    for (r, &c) in comms.iter().enumerate() {
+        let mut rank = -1;
+        check(ncclCommUserRank(c, &mut rank), "rank");
+        assert_eq!(rank, r as i32);
+        check(ncclCommDestroy(c), "destroy");
+    }
+}
+
+#[test]
+fn split_by_color_and_key() {
+    let n = 5;
+    let got = with_ranks(n, move |rank, comm| {
+        // Colors: even/odd; key reverses the order; rank 4 opts out.
+        let color = if rank == 4 { NCCL_SPLIT_NOCOLOR } else { (rank % 2) as i32 };
+        let mut child: ncclComm_t = std::ptr::null_mut();
+        check(ncclCommSplit(comm.0, color, -(rank as i32), &mut child, std::ptr::null_mut()), "split");
+        if rank == 4 {
+            assert!(child.is_null());
+            return None;
+        }
+        let (mut crank, mut ccount) = (-1, -1);
+        check(ncclCommUserRank(child, &mut crank), "child rank");
+        check(ncclCommCount(child, &mut ccount), "child count");
+        let v = [rank as f32 + 1.0; 4];
+        let mut out = [0f32; 4];
+        check(
+            ncclAllReduce(v.as_ptr().cast(), out.as_mut_ptr().cast(), 4, ncclDataType_t(7), ncclRedOp_t(0), child, S),
+            "child allreduce",
+        );
+        check(ncclCommDestroy(child), "destroy child");
+        Some((crank, ccount, out[0]))
+    });
+    // Even ranks {0,2} (keys 0,-2: rank 2 first), odd ranks {1,3} (rank 3 first).
+    assert_eq!(got[0], Some((1, 2, 4.0)));
+    assert_eq!(got[2], Some((0, 2, 4.0)));
+    assert_eq!(got[1], Some((1, 2, 6.0)));
+    assert_eq!(got[3], Some((0, 2, 6.0)));
+    assert_eq!(got[4], None);
+}
+
+#[test]
+fn many_communicators_from_several_threads() {
+    // Three independent 2-rank communicators, all alive and busy at once.
+    let handles: Vec<_> = (0..3)
+        .map(|k| {
+            std::thread::spawn(move || {
+                with_ranks(2, move |rank, comm| {
+                    for iter in 0..20 {
+                        let v = vec![(k * 10 + rank + iter) as f64; 1000];
+                        let mut out = vec![0f64; 1000];
+                        check(
+                            ncclAllReduce(
+                                v.as_ptr().cast(),
+                                out.as_mut_ptr().cast(),
+                                1000,
+                                ncclDataType_t(8),
+                                ncclRedOp_t(0),
+                                comm.0,
+                                S,
+                            ),
+                            "allreduce",
+                        );
+                        assert_eq!(out[999], (2 * (k * 10 + iter) + 1) as f64);
+                    }
+                })
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}

@@ -1,0 +1,7 @@
+//! Integration tests through the C ABI, with ranks as threads of this process.
+//! One binary (module per area), as in rustls' tests/api.
+
+mod collectives;
+mod common;
+mod errors;
+mod lifecycle;
