@@ -10,7 +10,7 @@ use crate::bootstrap::{self, Bootstrap, UniqueId};
 use crate::coll::reduce::Reduction;
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
-use crate::transport::links::Links;
+use crate::transport::links::{Links, PeerLink};
 use crate::transport::socket_net::SocketNet;
 use crate::transport::Net;
 use crate::types::{ncclComm_t, ncclResult_t, DataType, NCCL_NUM_OPS};
@@ -23,9 +23,11 @@ pub struct PeerInfo {
     pub pid: u32,
     pub cuda_dev: i32,
     pub net_handle: Vec<u8>,
+    /// Accepts shared-memory connections.
+    pub shm: bool,
 }
 
-const PEER_INFO_BYTES: usize = 8 + 8 + 4 + 4 + 64;
+const PEER_INFO_BYTES: usize = 8 + 8 + 4 + 4 + 64 + 8;
 
 impl PeerInfo {
     fn encode(&self) -> Result<Vec<u8>> {
@@ -39,6 +41,7 @@ impl PeerInfo {
         b[20..24].copy_from_slice(&self.cuda_dev.to_le_bytes());
         b[24] = self.net_handle.len() as u8;
         b[25..25 + self.net_handle.len()].copy_from_slice(&self.net_handle);
+        b[88] = self.shm as u8;
         Ok(b)
     }
     fn decode(b: &[u8]) -> Result<PeerInfo> {
@@ -52,6 +55,7 @@ impl PeerInfo {
             pid: u32::from_le_bytes(b[16..20].try_into().expect("4")),
             cuda_dev: i32::from_le_bytes(b[20..24].try_into().expect("4")),
             net_handle: b[25..25 + n].to_vec(),
+            shm: b[88] == 1,
         })
     }
 }
@@ -111,8 +115,15 @@ impl Comm {
     ) -> Result<Arc<Comm>> {
         let (rank, nranks, magic) = (bootstrap.rank(), bootstrap.nranks(), bootstrap.magic());
         let net = network()?;
-        let (mut links, handle) = Links::listen(net.clone(), rank, nranks, magic)?;
-        let me = PeerInfo { rank, host_hash: host_hash(), pid: std::process::id(), cuda_dev, net_handle: handle };
+        let (mut links, handle) = Links::listen(net.clone(), rank, nranks, magic, host_hash())?;
+        let me = PeerInfo {
+            rank,
+            host_hash: host_hash(),
+            pid: std::process::id(),
+            cuda_dev,
+            net_handle: handle,
+            shm: links.shm_listening(),
+        };
         let all = bootstrap.all_gather(&me.encode()?)?;
         let peers: Vec<PeerInfo> = all.chunks(PEER_INFO_BYTES).map(PeerInfo::decode).collect::<Result<_>>()?;
         for (i, p) in peers.iter().enumerate() {
@@ -120,7 +131,12 @@ impl Comm {
                 return Err(Error::remote(format!("peer info of rank {i} claims rank {}", p.rank)));
             }
         }
-        links.set_peer_handles(peers.iter().map(|p| p.net_handle.clone()).collect());
+        links.set_peers(
+            peers
+                .iter()
+                .map(|p| PeerLink { net_handle: p.net_handle.clone(), host_hash: p.host_hash, pid: p.pid, shm: p.shm })
+                .collect(),
+        );
         let comm = Comm {
             rank,
             nranks,
@@ -394,7 +410,7 @@ mod tests {
 
     #[test]
     fn peer_info_round_trip() {
-        let p = PeerInfo { rank: 3, host_hash: 99, pid: 1234, cuda_dev: -1, net_handle: vec![1, 2, 3] };
+        let p = PeerInfo { rank: 3, host_hash: 99, pid: 1234, cuda_dev: -1, net_handle: vec![1, 2, 3], shm: true };
         assert_eq!(PeerInfo::decode(&p.encode().unwrap()).unwrap(), p);
         let mut bad = p.encode().unwrap();
         bad[24] = 200;

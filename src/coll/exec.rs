@@ -13,7 +13,7 @@ use super::plan::{BufId, LocalOp, Plan, RecvAction, Slice, Step};
 use super::reduce::Reduction;
 use crate::error::{Error, Result};
 use crate::transport::links::Links;
-use crate::transport::{MemRegion, RequestId, WaitHint};
+use crate::transport::{MemRegion, RecvOp, RequestId, WaitHint};
 
 /// The caller's memory for one operation.
 ///
@@ -95,7 +95,7 @@ pub fn execute(comms: &mut [CommWork<'_>]) -> Result<()> {
             idle_rounds = 0;
             continue;
         }
-        idle_rounds += 1;
+        idle_rounds = idle_rounds.saturating_add(1);
         if idle_rounds < 64 {
             std::hint::spin_loop();
             if idle_rounds % 8 == 0 {
@@ -103,7 +103,7 @@ pub fn execute(comms: &mut [CommWork<'_>]) -> Result<()> {
             }
             continue;
         }
-        wait_for_io(comms, &states);
+        wait_for_io(comms, &states, idle_rounds);
     }
 }
 
@@ -314,17 +314,36 @@ fn progress_comm(
                 break;
             };
             let Step::Recv { dst, action, .. } = cw.works[w].plan.steps[s].step else { unreachable!() };
-            let (region, staging) = if action == RecvAction::Copy {
-                let ptr = addr(&cw.works[w], &mut st.work_state[w], &dst);
-                // SAFETY: checked slice of a live buffer, untouched by the plan until done.
-                (unsafe { MemRegion::new(ptr, dst.len) }, None)
-            } else {
-                let mut buf = take_staging(pool, dst.len);
-                // SAFETY: staging is owned by the PostedRecv entry until the request completes.
-                let region = unsafe { MemRegion::new(buf.as_mut_ptr() as *mut u8, dst.len) };
-                (region, Some(buf))
+            let dst_ptr = addr(&cw.works[w], &mut st.work_state[w], &dst);
+            // SAFETY: a checked slice of a live buffer, untouched by the plan until this
+            // receive completes (the plan's dependency rule).
+            let dst_region = unsafe { MemRegion::new(dst_ptr, dst.len) };
+            let on_arrival = match action {
+                RecvAction::Copy => Some(RecvOp::Copy),
+                _ if !conn.reduces_on_arrival() => None,
+                RecvAction::Accumulate => {
+                    Some(RecvOp::Accumulate { reduction: cw.works[w].reduction.expect("checked in build_state") })
+                }
+                RecvAction::Combine { local } => {
+                    let local_ptr = addr(&cw.works[w], &mut st.work_state[w], &local);
+                    if local.len != dst.len || (local_ptr != dst_ptr && ranges_overlap(local_ptr, dst_ptr, dst.len)) {
+                        return Err(Error::internal("combine with partially overlapping or unequal slices"));
+                    }
+                    // SAFETY: a checked slice of a live buffer, read-only for the receive's life.
+                    let local = unsafe { MemRegion::new(local_ptr, local.len) };
+                    Some(RecvOp::Combine { local, reduction: cw.works[w].reduction.expect("checked in build_state") })
+                }
             };
-            match conn.irecv(region)? {
+            let (posted, staging) = match on_arrival {
+                Some(op) => (conn.irecv_op(dst_region, op)?, None),
+                None => {
+                    let mut buf = take_staging(pool, dst.len);
+                    // SAFETY: staging is owned by the PostedRecv entry until the request completes.
+                    let region = unsafe { MemRegion::new(buf.as_mut_ptr() as *mut u8, dst.len) };
+                    (conn.irecv(region)?, Some(buf))
+                }
+            };
+            match posted {
                 Some(req) => {
                     st.recv_queues[peer].pop_front();
                     st.posted_recvs.push(PostedRecv { peer, req, step: (w, s), staging });
@@ -469,10 +488,13 @@ fn run_local(work: &Work, ws: &mut WorkState, op: &LocalOp) -> Result<()> {
 }
 
 /// Sleeps until a socket with posted work is ready (or a short timeout, as a safety net).
-fn wait_for_io(comms: &[CommWork<'_>], states: &[CommState]) {
+/// Connections without a descriptor to wait on (shared memory) are polled: then the thread
+/// only yields, and naps briefly after a long idle stretch so oversubscribed ranks share cores.
+fn wait_for_io(comms: &[CommWork<'_>], states: &[CommState], idle_rounds: u32) {
     let mut fds: Vec<libc::pollfd> = Vec::new();
-    let mut add = |h: Option<WaitHint>| {
-        if let Some(h) = h {
+    let mut must_spin = false;
+    let mut add = |h: Option<WaitHint>| match h {
+        Some(h) => {
             let mut events = 0;
             if h.readable {
                 events |= libc::POLLIN;
@@ -482,11 +504,12 @@ fn wait_for_io(comms: &[CommWork<'_>], states: &[CommState]) {
             }
             fds.push(libc::pollfd { fd: h.fd, events, revents: 0 });
         }
+        None => must_spin = true,
     };
     for (cw, st) in comms.iter().zip(states) {
         for (peer, q) in st.recv_queues.iter().enumerate() {
             if !q.is_empty() && peer != cw.rank && cw.links.recv_connected(peer).is_none() {
-                add(cw.links.listener_hint());
+                add(cw.links.accept_hint(peer));
             }
         }
         for &(peer, _, _) in &st.posted_sends {
@@ -495,6 +518,14 @@ fn wait_for_io(comms: &[CommWork<'_>], states: &[CommState]) {
         for p in &st.posted_recvs {
             add(cw.links.recv_connected(p.peer).and_then(|c| c.wait_hint()));
         }
+    }
+    if must_spin {
+        if idle_rounds > 20_000 {
+            std::thread::sleep(Duration::from_micros(50));
+        } else {
+            std::thread::yield_now();
+        }
+        return;
     }
     fds.sort_by_key(|p| (p.fd, p.events));
     fds.dedup_by_key(|p| (p.fd, p.events));

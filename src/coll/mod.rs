@@ -126,7 +126,8 @@ pub fn run(by_comm: &[(Arc<Comm>, Vec<OpRequest>)]) -> Result<()> {
     }
     let mut comm_works = Vec::with_capacity(by_comm.len());
     for ((comm, reqs), links) in by_comm.iter().zip(guards.iter_mut()) {
-        let works = reqs.iter().map(|r| prepare(comm, r, &tuning)).collect::<Result<Vec<_>>>()?;
+        let mut works = reqs.iter().map(|r| prepare(comm, r, &tuning)).collect::<Result<Vec<_>>>()?;
+        isolate_cross_op_inputs(&mut works);
         comm_works.push(CommWork { rank: comm.rank, links, works });
     }
     exec::execute(&mut comm_works)
@@ -206,4 +207,25 @@ fn tuning() -> Result<algo::Tuning> {
         })
     });
     t.clone().map_err(Error::invalid_usage)
+}
+
+/// Operations of one group run concurrently, so one operation's input must not be another's
+/// output (in-place sendrecv: ncclSend and ncclRecv on the same buffer). Such inputs are
+/// copied aside before anything starts, as a rank's send data is defined at call time.
+fn isolate_cross_op_inputs(works: &mut [Work]) {
+    let ranges: Vec<(usize, usize)> = works.iter().map(|w| (w.bufs.recv as usize, w.bufs.recv_len)).collect();
+    for (i, w) in works.iter_mut().enumerate() {
+        let (s, sl) = (w.bufs.send as usize, w.bufs.send_len);
+        if sl == 0 || w.send_copy.is_some() {
+            continue;
+        }
+        let clash = ranges.iter().enumerate().any(|(j, &(r, rl))| j != i && rl > 0 && s < r + rl && r < s + sl);
+        if clash {
+            let mut copy = vec![0u64; sl.div_ceil(8)];
+            // SAFETY: the caller's send buffer is valid for send_len bytes (API contract).
+            unsafe { std::ptr::copy_nonoverlapping(w.bufs.send, copy.as_mut_ptr() as *mut u8, sl) };
+            w.bufs.send = copy.as_ptr() as *const u8;
+            w.send_copy = Some(copy);
+        }
+    }
 }

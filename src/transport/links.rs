@@ -1,44 +1,108 @@
-//! One communicator's connections: a listener, and per peer a send and a receive connection,
-//! made on first use (NCCL's runtime connect). Chooses the transport for each peer.
+//! One communicator's connections: listeners, and per peer a send and a receive connection,
+//! made on first use (NCCL's runtime connect). Chooses the transport for each peer in NCCL's
+//! priority order: peer-to-peer (later), shared memory for peers on this host, then network.
 
 use std::sync::Arc;
 
+use super::shm::ShmNet;
 use super::{ConnectorId, Net, NetHandle, NetListener, NetRecv, NetSend, WaitHint};
 use crate::error::{Error, Result};
+
+/// What links need to know about each peer.
+#[derive(Clone, Debug)]
+pub struct PeerLink {
+    pub net_handle: NetHandle,
+    pub host_hash: u64,
+    pub pid: u32,
+    /// The peer listens for shared-memory connections.
+    pub shm: bool,
+}
+
+/// The transport carrying one direction to one peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    Shm,
+    Net,
+}
 
 pub struct Links {
     rank: usize,
     magic: u64,
+    host_hash: u64,
     net: Arc<dyn Net>,
     listener: Box<dyn NetListener>,
-    handles: Vec<NetHandle>,
+    shm: Option<(ShmNet, Box<dyn NetListener>)>,
+    peers: Vec<PeerLink>,
     send: Vec<Option<Box<dyn NetSend>>>,
     recv: Vec<Option<Box<dyn NetRecv>>>,
+    routes: Vec<Route>,
+}
+
+/// Whether shared memory may be used at all (NCCL_SHM_DISABLE, the strict encryption policy).
+pub fn shm_allowed() -> bool {
+    let strict = crate::env::get_str_or_default("FERROCCL_ENCRYPTION_POLICY").is_some_and(|p| p.eq_ignore_ascii_case("strict"));
+    !crate::env::get_bool("NCCL_SHM_DISABLE") && !strict
 }
 
 impl Links {
-    /// Starts listening; `handle()` must then reach every peer (through the bootstrap) before
-    /// [`Links::set_peer_handles`].
-    pub fn listen(net: Arc<dyn Net>, rank: usize, nranks: usize, magic: u64) -> Result<(Links, NetHandle)> {
+    /// Starts listening; the returned handle (and `shm_listening`) must reach every peer
+    /// through the bootstrap before [`Links::set_peers`].
+    pub fn listen(net: Arc<dyn Net>, rank: usize, nranks: usize, magic: u64, host_hash: u64) -> Result<(Links, NetHandle)> {
         let (handle, listener) = net.listen(magic)?;
+        let shm = if shm_allowed() {
+            let shm_net = ShmNet::new();
+            match shm_net.listen_rank(magic, rank) {
+                Ok((_, l)) => Some((shm_net, l)),
+                Err(e) => {
+                    log::info!(target: "SHM", "SHM: disabled for this communicator: {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let links = Links {
             rank,
             magic,
+            host_hash,
             net,
             listener,
-            handles: vec![Vec::new(); nranks],
+            shm,
+            peers: Vec::new(),
             send: (0..nranks).map(|_| None).collect(),
             recv: (0..nranks).map(|_| None).collect(),
+            routes: vec![Route::Net; nranks],
         };
         Ok((links, handle))
     }
 
-    pub fn set_peer_handles(&mut self, handles: Vec<NetHandle>) {
-        self.handles = handles;
+    /// Whether this rank accepts shared-memory connections.
+    pub fn shm_listening(&self) -> bool {
+        self.shm.is_some()
+    }
+
+    /// Records the peers and picks each one's route.
+    pub fn set_peers(&mut self, peers: Vec<PeerLink>) {
+        self.routes = peers
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                if i != self.rank && self.shm.is_some() && p.shm && p.host_hash == self.host_hash {
+                    Route::Shm
+                } else {
+                    Route::Net
+                }
+            })
+            .collect();
+        self.peers = peers;
     }
 
     pub fn nranks(&self) -> usize {
         self.send.len()
+    }
+
+    pub fn route(&self, peer: usize) -> Route {
+        self.routes[peer]
     }
 
     pub fn net_name(&self) -> &'static str {
@@ -49,11 +113,14 @@ impl Links {
     pub fn send_conn(&mut self, peer: usize) -> Result<&mut dyn NetSend> {
         if self.send[peer].is_none() {
             let me = ConnectorId { comm_magic: self.magic, rank: self.rank as u32, channel: 0 };
-            let conn = self
-                .net
-                .connect(&self.handles[peer], me)
-                .map_err(|e| e.context(&format!("connecting to rank {peer}")))?;
-            log::info!(target: "P2P", "Channel 00/0 : {}[{}] -> {}[{}] [send] via {}", self.rank, self.rank, peer, peer, conn.via());
+            let conn = match (self.routes[peer], &self.shm) {
+                (Route::Shm, Some((shm, _))) => {
+                    shm.connect(&ShmNet::peer_handle(self.magic, peer, self.peers[peer].pid), me)
+                }
+                _ => self.net.connect(&self.peers[peer].net_handle, me),
+            }
+            .map_err(|e| e.context(&format!("connecting to rank {peer}")))?;
+            log::info!(target: "P2P", "Channel 00/0 : {}[{}] -> {}[{}] via {}", self.rank, self.rank, peer, peer, conn.via());
             self.send[peer] = Some(conn);
         }
         Ok(self.send[peer].as_deref_mut().expect("just set"))
@@ -62,13 +129,19 @@ impl Links {
     /// The receive connection from `peer`, or `None` while it has not connected yet.
     pub fn recv_conn(&mut self, peer: usize) -> Result<Option<&mut dyn NetRecv>> {
         while self.recv[peer].is_none() {
-            match self.listener.accept()? {
+            let accepted = match self.routes[peer] {
+                Route::Shm => match &mut self.shm {
+                    Some((_, l)) => l.accept()?,
+                    None => None,
+                },
+                Route::Net => self.listener.accept()?,
+            };
+            match accepted {
                 Some((id, conn)) => {
                     let from = id.rank as usize;
                     if from >= self.recv.len() || self.recv[from].is_some() {
                         return Err(Error::remote(format!("unexpected data connection claiming to be rank {from}")));
                     }
-                    log::info!(target: "P2P", "Channel 00/0 : {}[{}] -> {}[{}] [receive] via NET/{}/0", from, from, self.rank, self.rank, self.net.name());
                     self.recv[from] = Some(conn);
                 }
                 None => return Ok(None),
@@ -85,13 +158,26 @@ impl Links {
         self.send[peer].as_deref()
     }
 
-    pub fn listener_hint(&self) -> Option<WaitHint> {
-        self.listener.wait_hint()
+    /// What to wait on while `peer` has not connected yet.
+    pub fn accept_hint(&self, peer: usize) -> Option<WaitHint> {
+        match (self.routes[peer], &self.shm) {
+            (Route::Shm, Some((_, l))) => l.wait_hint(),
+            _ => self.listener.wait_hint(),
+        }
     }
 
-    /// Connections made so far, for the coverage report: (sends, receives).
+    /// Connections made so far per route: (shm, net) counts of send + receive connections.
     pub fn connection_counts(&self) -> (usize, usize) {
-        (self.send.iter().flatten().count(), self.recv.iter().flatten().count())
+        let mut shm = 0;
+        let mut net = 0;
+        for (peer, route) in self.routes.iter().enumerate() {
+            let n = self.send[peer].is_some() as usize + self.recv[peer].is_some() as usize;
+            match route {
+                Route::Shm => shm += n,
+                Route::Net => net += n,
+            }
+        }
+        (shm, net)
     }
 
     /// Drops every connection (destroy/abort).

@@ -11,6 +11,7 @@
 
 pub mod links;
 pub mod netif;
+pub mod shm;
 pub mod socket;
 pub mod socket_net;
 
@@ -100,10 +101,65 @@ pub trait NetSend: Send {
     fn via(&self) -> String;
 }
 
+/// What a receive does with the arriving bytes, for transports that can apply it as data
+/// lands (shared memory reduces straight from its slots into the destination).
+#[derive(Clone, Copy, Debug)]
+pub enum RecvOp {
+    /// `dst = incoming`.
+    Copy,
+    /// `dst = incoming (op) pre(local)`; `local` may be `dst` itself.
+    Combine { local: MemRegion, reduction: crate::coll::reduce::Reduction },
+    /// `dst = dst (op) incoming`.
+    Accumulate { reduction: crate::coll::reduce::Reduction },
+}
+
+/// Applies `op` to bytes `[offset, offset + incoming.len())` of a receive into `dst`.
+pub fn apply_recv_op(dst: MemRegion, op: &RecvOp, offset: usize, incoming: &[u8]) -> Result<()> {
+    let len = incoming.len();
+    if offset + len > dst.len() {
+        return Err(crate::error::Error::internal("receive piece outside its destination"));
+    }
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: MemRegion's contract: dst is ours alone until the request completes; the piece
+    // lies inside it (checked above).
+    let d = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(offset), len) };
+    match op {
+        RecvOp::Copy => {
+            d.copy_from_slice(incoming);
+            Ok(())
+        }
+        RecvOp::Accumulate { reduction } => reduction.accumulate(d, incoming),
+        RecvOp::Combine { local, reduction } => {
+            if std::ptr::eq(local.ptr(), dst.ptr()) {
+                reduction.combine_in_place(d, incoming)
+            } else {
+                // SAFETY: local is a live region of the same length, disjoint from dst (the
+                // executor checks overlap before posting).
+                let l = unsafe { std::slice::from_raw_parts(local.ptr().add(offset) as *const u8, len) };
+                reduction.combine(d, incoming, l)
+            }
+        }
+    }
+}
+
 /// Receiving half of a connection.
 pub trait NetRecv: Send {
     /// Posts a receive of exactly `data.len()` bytes (a different size from the peer is an error).
     fn irecv(&mut self, data: MemRegion) -> Result<Option<RequestId>>;
+    /// Posts a receive that applies `op` as the bytes arrive (only where
+    /// [`NetRecv::reduces_on_arrival`] is true; others stage and reduce at completion).
+    fn irecv_op(&mut self, data: MemRegion, op: RecvOp) -> Result<Option<RequestId>> {
+        match op {
+            RecvOp::Copy => self.irecv(data),
+            _ => Err(crate::error::Error::internal("this transport cannot reduce on arrival")),
+        }
+    }
+    /// Whether `irecv_op` takes reductions.
+    fn reduces_on_arrival(&self) -> bool {
+        false
+    }
     fn test(&mut self, req: RequestId) -> Result<Option<usize>>;
     fn wait_hint(&self) -> Option<WaitHint>;
 }

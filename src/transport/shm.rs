@@ -1,0 +1,498 @@
+//! Shared-memory transport between ranks on one host (processes or threads).
+//!
+//! Each directed connection owns one segment: a lock-free single-producer single-consumer FIFO
+//! of fixed-size slots. The sender copies each message into slots; the receiver copies or
+//! reduces straight from the slot into the destination (no staging copy).
+//!
+//! Segments are memfd files, never named in /dev/shm: the sender passes the descriptor to the
+//! receiver over an abstract Unix socket (SCM_RIGHTS), so a crash at any moment leaves nothing
+//! behind. That socket stays open as a liveness signal: when the peer process dies it hangs
+//! up, and the waiting side fails with ncclRemoteError instead of spinning forever.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::socket::{ConnKind, Hello, HELLO_BYTES};
+use super::{ConnectorId, MemRegion, Net, NetHandle, NetListener, NetRecv, NetSend, RecvOp, RequestId, WaitHint};
+use crate::error::{Error, Result};
+
+/// Bytes of payload per slot, and slots per connection (4 MiB per direction, as NCCL_BUFFSIZE).
+const SLOT_BYTES: usize = 256 << 10;
+const SLOTS: usize = 16;
+const HEADER_BYTES: usize = 4096;
+const SLOT_HEADER: usize = 64;
+const SEGMENT_BYTES: usize = HEADER_BYTES + SLOTS * (SLOT_HEADER + SLOT_BYTES);
+/// Idle progress calls between liveness checks of the peer.
+const LIVENESS_EVERY: u32 = 4096;
+
+/// A mapped FIFO segment.
+struct Segment {
+    base: *mut u8,
+    _fd: OwnedFd,
+}
+
+// SAFETY: the mapping is shared memory whose cross-thread accesses go through atomics (head,
+// tail) and the slot protocol; the pointer itself may move between threads.
+unsafe impl Send for Segment {}
+
+impl Segment {
+    fn create() -> Result<Segment> {
+        // SAFETY: memfd_create with a static NUL-terminated name; the fd is checked below.
+        let fd = unsafe { libc::memfd_create(c"ferroccl-shm".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(Error::system("memfd_create", io::Error::last_os_error()));
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: fd is valid; the size is a constant.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), SEGMENT_BYTES as libc::off_t) } != 0 {
+            return Err(Error::system("ftruncate shared segment", io::Error::last_os_error()));
+        }
+        Self::map(fd)
+    }
+
+    fn map(fd: OwnedFd) -> Result<Segment> {
+        let mut st: libc::stat = unsafe_zeroed_stat();
+        // SAFETY: fd is valid and st is a writable stat buffer.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 || (st.st_size as usize) < SEGMENT_BYTES {
+            return Err(Error::remote("shared segment from peer has the wrong size"));
+        }
+        // SAFETY: mapping a file we hold, of at least SEGMENT_BYTES bytes, shared read-write.
+        let base = unsafe {
+            libc::mmap(std::ptr::null_mut(), SEGMENT_BYTES, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+        };
+        if base == libc::MAP_FAILED {
+            return Err(Error::system("mmap shared segment", io::Error::last_os_error()));
+        }
+        Ok(Segment { base: base as *mut u8, _fd: fd })
+    }
+
+    fn head(&self) -> &AtomicU64 {
+        // SAFETY: offset 0 is inside the mapping, 8-aligned (page-aligned base), and only ever
+        // accessed atomically by both sides.
+        unsafe { &*(self.base as *const AtomicU64) }
+    }
+
+    fn tail(&self) -> &AtomicU64 {
+        // SAFETY: offset 64 is inside the mapping, aligned, and only accessed atomically.
+        unsafe { &*(self.base.add(64) as *const AtomicU64) }
+    }
+
+    /// Slot `i`: (header pointer, payload pointer).
+    fn slot(&self, i: u64) -> (*mut u64, *mut u8) {
+        let off = HEADER_BYTES + (i as usize % SLOTS) * (SLOT_HEADER + SLOT_BYTES);
+        // SAFETY: off + SLOT_HEADER + SLOT_BYTES <= SEGMENT_BYTES by construction.
+        unsafe { (self.base.add(off) as *mut u64, self.base.add(off + SLOT_HEADER)) }
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: base/len are the mapping made in `map`, unmapped once.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, SEGMENT_BYTES) };
+    }
+}
+
+fn unsafe_zeroed_stat() -> libc::stat {
+    // SAFETY: libc::stat is plain old data; all-zero is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// The abstract socket name a rank listens on for shared-memory setup.
+fn socket_name(magic: u64, rank: usize, pid: u32) -> String {
+    format!("ferroccl-shm-{magic:016x}-{rank}-{pid}")
+}
+
+/// Shared memory provider for peers on this host.
+pub struct ShmNet {
+    pid: u32,
+}
+
+impl ShmNet {
+    pub fn new() -> ShmNet {
+        ShmNet { pid: std::process::id() }
+    }
+}
+
+impl Default for ShmNet {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Handle = the listening socket's abstract name.
+impl Net for ShmNet {
+    fn name(&self) -> &'static str {
+        "SHM"
+    }
+
+    fn describe(&self) -> String {
+        format!("memfd segments, {SLOTS} x {} KiB slots per connection", SLOT_BYTES >> 10)
+    }
+
+    fn listen(&self, comm_magic: u64) -> Result<(NetHandle, Box<dyn NetListener>)> {
+        // The rank is not known here; the caller names the socket with `listen_rank`.
+        let _ = comm_magic;
+        Err(Error::internal("ShmNet::listen needs the rank: use listen_rank"))
+    }
+
+    fn connect(&self, handle: &[u8], me: ConnectorId) -> Result<Box<dyn NetSend>> {
+        let name = std::str::from_utf8(handle).map_err(|_| Error::internal("bad shm handle"))?;
+        let addr = UnixAddr::from_abstract_name(name).map_err(|e| Error::system("abstract socket name", e))?;
+        let deadline = Instant::now() + crate::bootstrap::timeout();
+        let sock = loop {
+            match UnixStream::connect_addr(&addr) {
+                Ok(s) => break s,
+                Err(e) if Instant::now() < deadline && e.kind() == io::ErrorKind::ConnectionRefused => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(Error::system(format!("connect to shared-memory peer @{name}"), e)),
+            }
+        };
+        sock.set_read_timeout(Some(crate::bootstrap::timeout())).map_err(|e| Error::system("SO_RCVTIMEO", e))?;
+        let seg = Segment::create()?;
+        let hello = Hello { magic: me.comm_magic, kind: ConnKind::Data, rank: me.rank, extra: me.channel };
+        // No acknowledgement is awaited (the peer maps the segment when it next accepts, and
+        // waiting here could deadlock two ranks connecting to each other); the descriptor in
+        // flight keeps the segment alive even if this process dies first.
+        send_with_fd(&sock, &hello.encode(), seg._fd.as_raw_fd())?;
+        sock.set_nonblocking(true).map_err(|e| Error::system("O_NONBLOCK", e))?;
+        let _ = self.pid;
+        Ok(Box::new(ShmSend { seg, sock, queue: VecDeque::new(), next_id: 0, done: HashMap::new(), idle: 0 }))
+    }
+}
+
+impl ShmNet {
+    /// Listens on this rank's abstract socket; the handle is its name.
+    pub fn listen_rank(&self, comm_magic: u64, rank: usize) -> Result<(NetHandle, Box<dyn NetListener>)> {
+        let name = socket_name(comm_magic, rank, self.pid);
+        let addr = UnixAddr::from_abstract_name(&name).map_err(|e| Error::system("abstract socket name", e))?;
+        let listener = UnixListener::bind_addr(&addr).map_err(|e| Error::system(format!("bind @{name}"), e))?;
+        listener.set_nonblocking(true).map_err(|e| Error::system("O_NONBLOCK", e))?;
+        Ok((name.into_bytes(), Box::new(ShmListener { listener, magic: comm_magic })))
+    }
+
+    /// The handle a peer with `pid` listens on.
+    pub fn peer_handle(comm_magic: u64, rank: usize, pid: u32) -> NetHandle {
+        socket_name(comm_magic, rank, pid).into_bytes()
+    }
+}
+
+struct ShmListener {
+    listener: UnixListener,
+    magic: u64,
+}
+
+impl NetListener for ShmListener {
+    fn accept(&mut self) -> Result<Option<(ConnectorId, Box<dyn NetRecv>)>> {
+        loop {
+            let sock = match self.listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::system("accept shared-memory peer", e)),
+            };
+            // The connector sends hello and descriptor in one message right after connecting.
+            sock.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| Error::system("SO_RCVTIMEO", e))?;
+            let (hello, fd) = match recv_with_fd(&sock) {
+                Ok(v) => v,
+                Err(e) => {
+                    log::info!(target: "SHM", "SHM: dropped setup connection: {e}");
+                    continue;
+                }
+            };
+            let hello = match Hello::decode(&hello, self.magic) {
+                Ok(h) if h.kind == ConnKind::Data => h,
+                Ok(_) | Err(_) => {
+                    log::info!(target: "SHM", "SHM: dropped setup connection with a wrong magic or kind");
+                    continue;
+                }
+            };
+            let seg = match Segment::map(fd) {
+                Ok(s) => s,
+                Err(e) => {
+                    log::info!(target: "SHM", "SHM: dropped setup from rank {}: {e}", hello.rank);
+                    continue;
+                }
+            };
+            sock.set_nonblocking(true).map_err(|e| Error::system("O_NONBLOCK", e))?;
+            let id = ConnectorId { comm_magic: hello.magic, rank: hello.rank, channel: hello.extra };
+            let recv = ShmRecv { seg, sock, queue: VecDeque::new(), next_id: 0, done: HashMap::new(), idle: 0 };
+            return Ok(Some((id, Box::new(recv))));
+        }
+    }
+
+    fn wait_hint(&self) -> Option<WaitHint> {
+        Some(WaitHint { fd: self.listener.as_raw_fd(), readable: true, writable: false })
+    }
+}
+
+fn send_with_fd(sock: &UnixStream, data: &[u8], fd: RawFd) -> Result<()> {
+    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
+    // SAFETY: CMSG_SPACE is a pure computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    let mut control = vec![0u8; space];
+    // SAFETY: msghdr is plain data; zero is a valid initial value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = space;
+    // SAFETY: msg_control points to `space` bytes, enough for one descriptor's cmsg.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut RawFd, fd);
+    }
+    // SAFETY: msg references live buffers for the duration of the call.
+    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    if n != data.len() as isize {
+        return Err(Error::system("sendmsg (shared-memory setup)", io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+fn recv_with_fd(sock: &UnixStream) -> Result<([u8; HELLO_BYTES], OwnedFd)> {
+    let mut data = [0u8; HELLO_BYTES];
+    let mut iov = libc::iovec { iov_base: data.as_mut_ptr() as *mut libc::c_void, iov_len: data.len() };
+    // SAFETY: CMSG_SPACE is a pure computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    let mut control = vec![0u8; space];
+    // SAFETY: msghdr is plain data; zero is a valid initial value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = space;
+    // SAFETY: msg references live buffers; MSG_CMSG_CLOEXEC keeps received fds private.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC | libc::MSG_WAITALL) };
+    if n < 0 {
+        return Err(Error::system("recvmsg (shared-memory setup)", io::Error::last_os_error()));
+    }
+    // SAFETY: walking the control buffer recvmsg filled, within msg_controllen.
+    let fd = unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null() || (*cmsg).cmsg_level != libc::SOL_SOCKET || (*cmsg).cmsg_type != libc::SCM_RIGHTS {
+            None
+        } else {
+            Some(std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const RawFd))
+        }
+    };
+    let fd = fd.ok_or_else(|| Error::remote("shared-memory setup message without a descriptor"))?;
+    // SAFETY: SCM_RIGHTS installed a new descriptor in this process that we now own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    if n as usize != HELLO_BYTES {
+        return Err(Error::remote("short shared-memory setup message"));
+    }
+    Ok((data, fd))
+}
+
+/// Errors when the peer's end of the setup socket has gone (the peer process exited).
+fn check_alive(sock: &UnixStream) -> Result<()> {
+    let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd; zero timeout.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    if n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLIN) != 0 {
+        return Err(Error::remote("shared-memory peer exited (its connection hung up)"));
+    }
+    Ok(())
+}
+
+struct SendReq {
+    id: u64,
+    region: MemRegion,
+    sent: usize,
+    /// At least one slot was published (a zero-length message still takes one).
+    started: bool,
+}
+
+struct ShmSend {
+    seg: Segment,
+    sock: UnixStream,
+    queue: VecDeque<SendReq>,
+    next_id: u64,
+    done: HashMap<u64, usize>,
+    idle: u32,
+}
+
+impl ShmSend {
+    fn progress(&mut self) -> Result<()> {
+        let mut moved = false;
+        while let Some(req) = self.queue.front_mut() {
+            let len = req.region.len();
+            loop {
+                let head = self.seg.head().load(Ordering::Relaxed);
+                let tail = self.seg.tail().load(Ordering::Acquire);
+                if head - tail >= SLOTS as u64 {
+                    break;
+                }
+                let piece = (len - req.sent).min(SLOT_BYTES);
+                let (hdr, data) = self.seg.slot(head);
+                // SAFETY: the slot is free (head - tail < SLOTS, tail loaded with Acquire), so
+                // the receiver does not touch it until we publish head; the region is readable
+                // for the request's life (MemRegion contract).
+                unsafe {
+                    if piece > 0 {
+                        std::ptr::copy_nonoverlapping(req.region.ptr().add(req.sent), data, piece);
+                    }
+                    hdr.write(len as u64);
+                    hdr.add(1).write(req.sent as u64);
+                    hdr.add(2).write(piece as u64);
+                }
+                self.seg.head().store(head + 1, Ordering::Release);
+                req.sent += piece;
+                req.started = true;
+                moved = true;
+                if req.sent >= len {
+                    break;
+                }
+            }
+            if !req.started || req.sent < len {
+                break;
+            }
+            let req = self.queue.pop_front().expect("front exists");
+            self.done.insert(req.id, len);
+        }
+        if moved {
+            self.idle = 0;
+        } else if !self.queue.is_empty() {
+            self.idle += 1;
+            if self.idle % LIVENESS_EVERY == 0 {
+                check_alive(&self.sock)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl NetSend for ShmSend {
+    fn isend(&mut self, data: MemRegion) -> Result<Option<RequestId>> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.queue.push_back(SendReq { id, region: data, sent: 0, started: false });
+        self.progress()?;
+        Ok(Some(RequestId(id)))
+    }
+
+    fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
+        if let Some(n) = self.done.remove(&req.0) {
+            return Ok(Some(n));
+        }
+        self.progress()?;
+        Ok(self.done.remove(&req.0))
+    }
+
+    fn wait_hint(&self) -> Option<WaitHint> {
+        None
+    }
+
+    fn via(&self) -> String {
+        "SHM/direct".into()
+    }
+}
+
+struct RecvReq {
+    id: u64,
+    region: MemRegion,
+    op: RecvOp,
+    got: usize,
+    started: bool,
+}
+
+struct ShmRecv {
+    seg: Segment,
+    sock: UnixStream,
+    queue: VecDeque<RecvReq>,
+    next_id: u64,
+    done: HashMap<u64, usize>,
+    idle: u32,
+}
+
+impl ShmRecv {
+    fn progress(&mut self) -> Result<()> {
+        let mut moved = false;
+        while let Some(req) = self.queue.front_mut() {
+            let len = req.region.len();
+            loop {
+                let tail = self.seg.tail().load(Ordering::Relaxed);
+                let head = self.seg.head().load(Ordering::Acquire);
+                if tail == head {
+                    break;
+                }
+                let (hdr, data) = self.seg.slot(tail);
+                // SAFETY: tail < head (Acquire) means the sender published this slot and will
+                // not touch it until we advance tail.
+                let (msg_len, offset, piece) = unsafe { (hdr.read() as usize, hdr.add(1).read() as usize, hdr.add(2).read() as usize) };
+                if msg_len != len {
+                    return Err(Error::invalid_usage(format!(
+                        "message size mismatch: peer sent {msg_len} bytes, {len} were posted (do the ranks' calls match?)"
+                    )));
+                }
+                if offset != req.got || piece > SLOT_BYTES || offset + piece > len {
+                    return Err(Error::remote("corrupt shared-memory slot header"));
+                }
+                // SAFETY: the published slot holds `piece` bytes written by the sender.
+                let incoming = unsafe { std::slice::from_raw_parts(data as *const u8, piece) };
+                super::apply_recv_op(req.region, &req.op, offset, incoming)?;
+                self.seg.tail().store(tail + 1, Ordering::Release);
+                req.got += piece;
+                req.started = true;
+                moved = true;
+                if req.got >= len {
+                    break;
+                }
+            }
+            if !req.started || req.got < len {
+                break;
+            }
+            let req = self.queue.pop_front().expect("front exists");
+            self.done.insert(req.id, len);
+        }
+        if moved {
+            self.idle = 0;
+        } else if !self.queue.is_empty() {
+            self.idle += 1;
+            if self.idle % LIVENESS_EVERY == 0 {
+                check_alive(&self.sock)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl NetRecv for ShmRecv {
+    fn irecv(&mut self, data: MemRegion) -> Result<Option<RequestId>> {
+        self.irecv_op(data, RecvOp::Copy)
+    }
+
+    fn irecv_op(&mut self, data: MemRegion, op: RecvOp) -> Result<Option<RequestId>> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.queue.push_back(RecvReq { id, region: data, op, got: 0, started: false });
+        self.progress()?;
+        Ok(Some(RequestId(id)))
+    }
+
+    fn reduces_on_arrival(&self) -> bool {
+        true
+    }
+
+    fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
+        if let Some(n) = self.done.remove(&req.0) {
+            return Ok(Some(n));
+        }
+        self.progress()?;
+        Ok(self.done.remove(&req.0))
+    }
+
+    fn wait_hint(&self) -> Option<WaitHint> {
+        None
+    }
+}
