@@ -243,10 +243,7 @@ fn progress_comm(
     }
 
     // Sends and receives to self: matched in FIFO order, done as copies.
-    loop {
-        let (Some(&(sw, ss)), Some(&(rw, rs))) = (st.send_queues[me].front(), st.recv_queues[me].front()) else {
-            break;
-        };
+    while let (Some(&(sw, ss)), Some(&(rw, rs))) = (st.send_queues[me].front(), st.recv_queues[me].front()) {
         if !deps_done(&cw.works[sw], &st.work_state[sw], ss) || !deps_done(&cw.works[rw], &st.work_state[rw], rs) {
             break;
         }

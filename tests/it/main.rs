@@ -5,3 +5,4 @@ mod collectives;
 mod common;
 mod errors;
 mod lifecycle;
+mod processes;

@@ -1,0 +1,163 @@
+//! Ranks as separate processes of this test binary (re-executed with a role in the
+//! environment): transport choice by host identity, and a rank killed with SIGKILL in the
+//! middle of an operation, which must fail the survivor cleanly and leave nothing behind.
+
+use std::ffi::c_void;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ferroccl::ffi::coll::ncclAllReduce;
+use ferroccl::ffi::init::{ncclCommDestroy, ncclCommInitRank};
+use ferroccl::types::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclUniqueId};
+
+use crate::common::{check, unique_id};
+
+const ROLE: &str = "FERROCCL_IT_ROLE";
+
+fn hex(id: &ncclUniqueId) -> String {
+    id.to_bytes().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> ncclUniqueId {
+    let mut b = [0u8; 128];
+    for (i, byte) in b.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap();
+    }
+    ncclUniqueId::from_bytes(&b)
+}
+
+fn spawn(rank: usize, scenario: &str, id: &ncclUniqueId, extra_env: &[(&str, &str)]) -> Child {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "processes::child_rank", "--nocapture", "--test-threads=1"])
+        .env(ROLE, format!("{rank},2,{scenario},{}", hex(id)))
+        .env("NCCL_DEBUG", "INFO")
+        .env("NCCL_DEBUG_SUBSYS", "P2P")
+        .env("FERROCCL_BOOTSTRAP_TIMEOUT", "20")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().unwrap()
+}
+
+/// Not a test on its own: the body of a child rank (does nothing without the role variable).
+#[test]
+fn child_rank() {
+    let Ok(role) = std::env::var(ROLE) else { return };
+    let parts: Vec<&str> = role.split(',').collect();
+    let (rank, nranks, scenario, id) =
+        (parts[0].parse::<usize>().unwrap(), parts[1].parse::<i32>().unwrap(), parts[2], unhex(parts[3]));
+    let mut comm: ncclComm_t = std::ptr::null_mut();
+    check(ncclCommInitRank(&mut comm, nranks, id, rank as i32), "init");
+    let count = 1 << 20;
+    let send = vec![rank as f32 + 1.0; count];
+    let mut recv = vec![0f32; count];
+    let s: *mut c_void = std::ptr::null_mut();
+    check(
+        ncclAllReduce(
+            send.as_ptr().cast(),
+            recv.as_mut_ptr().cast(),
+            count,
+            ncclDataType_t(7),
+            ncclRedOp_t(0),
+            comm,
+            s,
+        ),
+        "allreduce",
+    );
+    assert!(recv.iter().all(|&v| v == 3.0));
+    println!("CHILD {rank} first allreduce OK");
+    if scenario == "victim" && rank == 1 {
+        println!("CHILD 1 waiting to be killed");
+        std::thread::sleep(Duration::from_secs(120));
+    }
+    if scenario == "victim" {
+        // Rank 1 never joins: this must fail (peer gone), not hang.
+        let r = ncclAllReduce(
+            send.as_ptr().cast(),
+            recv.as_mut_ptr().cast(),
+            count,
+            ncclDataType_t(7),
+            ncclRedOp_t(0),
+            comm,
+            s,
+        );
+        println!("CHILD {rank} second allreduce returned {}", r.0);
+        assert_eq!(r, ncclResult_t::ncclRemoteError);
+    }
+    check(ncclCommDestroy(comm), "destroy");
+    println!("CHILD {rank} done");
+}
+
+fn wait_output(child: Child) -> String {
+    let out = child.wait_with_output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "child failed:\n{text}");
+    text
+}
+
+fn shm_files() -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains("ferroccl"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn processes_on_one_host_use_shared_memory_and_hostid_splits_them() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    let id = unique_id();
+    let (a, b) = (spawn(0, "plain", &id, &[]), spawn(1, "plain", &id, &[]));
+    let (a, b) = (wait_output(a), wait_output(b));
+    assert!(a.contains("via SHM/direct") && b.contains("via SHM/direct"), "expected SHM:\n{a}\n{b}");
+    // Different NCCL_HOSTID: the ranks believe they are on different hosts and use sockets.
+    let id = unique_id();
+    let (a, b) =
+        (spawn(0, "plain", &id, &[("NCCL_HOSTID", "hostA")]), spawn(1, "plain", &id, &[("NCCL_HOSTID", "hostB")]));
+    let (a, b) = (wait_output(a), wait_output(b));
+    assert!(a.contains("via NET/Socket/0") && !a.contains("SHM/direct"), "expected sockets:\n{a}");
+    assert!(b.contains("via NET/Socket/0"), "expected sockets:\n{b}");
+    // NCCL_SHM_DISABLE=1 falls back to sockets too.
+    let id = unique_id();
+    let env = [("NCCL_SHM_DISABLE", "1")];
+    let (a, b) = (spawn(0, "plain", &id, &env), spawn(1, "plain", &id, &env));
+    assert!(wait_output(a).contains("via NET/Socket/0") && wait_output(b).contains("via NET/Socket/0"));
+}
+
+#[test]
+fn kill_9_of_a_rank_fails_the_survivor_and_leaves_no_segment() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    let before = shm_files();
+    let id = unique_id();
+    let survivor = spawn(0, "victim", &id, &[]);
+    let mut victim = spawn(1, "victim", &id, &[]);
+    // Wait until the victim finished its first all-reduce (segments exist and are in use).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut stdout = victim.stdout.take().unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while !seen.contains("waiting to be killed") {
+        use std::io::Read;
+        let n = stdout.read(&mut buf).unwrap();
+        assert!(n > 0 && Instant::now() < deadline, "victim never got ready: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(victim.id() as i32, libc::SIGKILL) };
+    let _ = victim.wait();
+    let started = Instant::now();
+    let text = wait_output(survivor);
+    assert!(text.contains("second allreduce returned 6"), "survivor output:\n{text}");
+    assert!(started.elapsed() < Duration::from_secs(30), "the survivor took {:?} to notice", started.elapsed());
+    assert_eq!(shm_files(), before, "no ferroccl segment may remain in /dev/shm");
+}
