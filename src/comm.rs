@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicI32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::bootstrap::{self, Bootstrap, UniqueId};
+use crate::coll::algo::{Algorithm, CollArgs, CollKind};
+use crate::coll::plan::Plan;
 use crate::coll::reduce::Reduction;
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
@@ -85,7 +87,14 @@ pub struct Comm {
     next_redop: AtomicI32,
     registrations: Mutex<HashMap<usize, (usize, usize)>>,
     next_registration: AtomicUsize,
+    /// Plans by operation shape: repeated calls (the common case) skip plan generation.
+    plans: Mutex<HashMap<PlanKey, Arc<Plan>>>,
 }
+
+type PlanKey = (CollKind, usize, usize, bool, usize, bool, bool, Algorithm, usize);
+
+/// Plans kept per communicator before the cache starts over.
+const PLAN_CACHE_ENTRIES: usize = 512;
 
 impl Comm {
     /// Joins the communicator behind `id` (ncclCommInitRank*). Blocks until all ranks joined.
@@ -153,6 +162,7 @@ impl Comm {
             next_redop: AtomicI32::new(NCCL_NUM_OPS),
             registrations: Mutex::new(HashMap::new()),
             next_registration: AtomicUsize::new(1),
+            plans: Mutex::new(HashMap::new()),
         };
         log::info!(target: "INIT", "Using network {}", net.name());
         log::info!(
@@ -161,6 +171,31 @@ impl Comm {
             &comm as *const Comm as usize
         );
         Ok(Arc::new(comm))
+    }
+
+    /// This rank's plan for an operation shape, generated once.
+    pub fn cached_plan(&self, args: &CollArgs, algorithm: Algorithm, chunk_bytes: usize) -> Result<Arc<Plan>> {
+        let key = (
+            args.kind,
+            args.bytes,
+            args.root,
+            args.in_place,
+            args.elem_size,
+            args.has_pre,
+            args.has_post,
+            algorithm,
+            chunk_bytes,
+        );
+        if let Some(p) = self.plans.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return Ok(p.clone());
+        }
+        let plan = Arc::new(crate::coll::algo::plan_with(args, self.rank, self.nranks, algorithm, chunk_bytes)?);
+        let mut cache = self.plans.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= PLAN_CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(key, plan.clone());
+        Ok(plan)
     }
 
     pub fn state(&self) -> CommState {
@@ -367,21 +402,31 @@ pub fn host_hash() -> u64 {
     h
 }
 
-/// Live communicators by handle. Handles are never reused, so a destroyed handle is always
-/// recognised (and never dereferenced).
-static REGISTRY: OnceLock<Mutex<HashMap<usize, Arc<Comm>>>> = OnceLock::new();
-static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(1);
+/// Live communicators, indexed by handle token. Tokens are never reused, so a destroyed
+/// handle is always recognised (and never dereferenced); lookups need no hashing.
+static REGISTRY: Mutex<Vec<Option<Arc<Comm>>>> = Mutex::new(Vec::new());
 
-fn registry() -> MutexGuard<'static, HashMap<usize, Arc<Comm>>> {
-    REGISTRY.get_or_init(|| Mutex::new(HashMap::new())).lock().unwrap_or_else(|p| p.into_inner())
+fn registry() -> MutexGuard<'static, Vec<Option<Arc<Comm>>>> {
+    REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+/// Handles look like aligned pointers but are opaque tokens (C never dereferences them).
+const HANDLE_SHIFT: u32 = 4;
+const HANDLE_BASE: usize = 1;
 
 /// Gives C a handle for a new communicator.
 pub fn register_handle(comm: Arc<Comm>) -> ncclComm_t {
-    // Handles look like aligned pointers but are opaque tokens (C never dereferences them).
-    let token = NEXT_HANDLE.fetch_add(1, Ordering::AcqRel) << 4;
-    registry().insert(token, comm);
-    token as ncclComm_t
+    let mut reg = registry();
+    reg.push(Some(comm));
+    ((reg.len() - 1 + HANDLE_BASE) << HANDLE_SHIFT) as ncclComm_t
+}
+
+fn slot_of(handle: ncclComm_t) -> Option<usize> {
+    let token = handle as usize;
+    if token & ((1 << HANDLE_SHIFT) - 1) != 0 {
+        return None;
+    }
+    (token >> HANDLE_SHIFT).checked_sub(HANDLE_BASE)
 }
 
 /// The communicator behind a handle; NULL or unknown (destroyed) handles are errors.
@@ -389,7 +434,7 @@ pub fn lookup(handle: ncclComm_t, function: &str) -> Result<Arc<Comm>> {
     if handle.is_null() {
         return Err(Error::invalid_argument(format!("{function}: comm is NULL")));
     }
-    registry().get(&(handle as usize)).cloned().ok_or_else(|| {
+    slot_of(handle).and_then(|i| registry().get(i).cloned().flatten()).ok_or_else(|| {
         Error::invalid_argument(format!("{function}: comm {handle:p} is not a live communicator (destroyed?)"))
     })
 }
@@ -399,7 +444,7 @@ pub fn unregister(handle: ncclComm_t, function: &str) -> Result<Arc<Comm>> {
     if handle.is_null() {
         return Err(Error::invalid_argument(format!("{function}: comm is NULL")));
     }
-    registry().remove(&(handle as usize)).ok_or_else(|| {
+    slot_of(handle).and_then(|i| registry().get_mut(i).and_then(Option::take)).ok_or_else(|| {
         Error::invalid_argument(format!("{function}: comm {handle:p} is not a live communicator (destroyed?)"))
     })
 }

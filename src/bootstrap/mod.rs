@@ -15,7 +15,8 @@ pub use id::UniqueId;
 
 /// How long setup steps wait for peers (FERROCCL_BOOTSTRAP_TIMEOUT seconds).
 pub fn timeout() -> Duration {
-    Duration::from_secs(crate::env::get_int("FERROCCL_BOOTSTRAP_TIMEOUT").max(1) as u64)
+    static TIMEOUT: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *TIMEOUT.get_or_init(|| Duration::from_secs(crate::env::get_int("FERROCCL_BOOTSTRAP_TIMEOUT").max(1) as u64))
 }
 
 /// Largest bootstrap message accepted from a peer; anything larger is garbage.

@@ -29,7 +29,7 @@ pub struct OpBuffers {
 
 /// One operation ready to run.
 pub struct Work {
-    pub plan: Plan,
+    pub plan: std::sync::Arc<Plan>,
     pub bufs: OpBuffers,
     pub reduction: Option<Reduction>,
     /// Owned copy of the send buffer when the caller's buffers overlap in a way the plan does

@@ -186,7 +186,7 @@ fn prepare(comm: &Comm, req: &OpRequest, tuning: &algo::Tuning) -> Result<Work> 
     if let Some(reason) = &choice.fallback_reason {
         log::info!(target: "TUNING", "{}: {reason}", req.op.name());
     }
-    let plan = algo::plan_with(&args, rank, n, choice.algorithm, tuning.chunk_bytes)?;
+    let plan = comm.cached_plan(&args, choice.algorithm, tuning.chunk_bytes)?;
     log::debug!(target: "COLL", "{} count {} datatype {} in_place {in_place} algorithm {} steps {}", req.op.name(), req.count, req.dtype, plan.algorithm, plan.steps.len());
     Ok(Work { plan, bufs, reduction: req.reduction, send_copy })
 }

@@ -9,7 +9,7 @@
 //! behind. That socket stays open as a liveness signal: when the peer process dies it hangs
 //! up, and the waiting side fails with ncclRemoteError instead of spinning forever.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
@@ -64,7 +64,14 @@ impl Segment {
         }
         // SAFETY: mapping a file we hold, of at least SEGMENT_BYTES bytes, shared read-write.
         let base = unsafe {
-            libc::mmap(std::ptr::null_mut(), SEGMENT_BYTES, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                SEGMENT_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
         };
         if base == libc::MAP_FAILED {
             return Err(Error::system("mmap shared segment", io::Error::last_os_error()));
@@ -96,6 +103,11 @@ impl Drop for Segment {
         // SAFETY: base/len are the mapping made in `map`, unmapped once.
         unsafe { libc::munmap(self.base as *mut libc::c_void, SEGMENT_BYTES) };
     }
+}
+
+fn take_done(done: &mut Vec<(u64, usize)>, id: u64) -> Option<usize> {
+    let i = done.iter().position(|&(d, _)| d == id)?;
+    Some(done.swap_remove(i).1)
 }
 
 fn unsafe_zeroed_stat() -> libc::stat {
@@ -163,7 +175,7 @@ impl Net for ShmNet {
         send_with_fd(&sock, &hello.encode(), seg._fd.as_raw_fd())?;
         sock.set_nonblocking(true).map_err(|e| Error::system("O_NONBLOCK", e))?;
         let _ = self.pid;
-        Ok(Box::new(ShmSend { seg, sock, queue: VecDeque::new(), next_id: 0, done: HashMap::new(), idle: 0 }))
+        Ok(Box::new(ShmSend { seg, sock, queue: VecDeque::new(), next_id: 0, done: Vec::new(), idle: 0 }))
     }
 }
 
@@ -222,7 +234,7 @@ impl NetListener for ShmListener {
             };
             sock.set_nonblocking(true).map_err(|e| Error::system("O_NONBLOCK", e))?;
             let id = ConnectorId { comm_magic: hello.magic, rank: hello.rank, channel: hello.extra };
-            let recv = ShmRecv { seg, sock, queue: VecDeque::new(), next_id: 0, done: HashMap::new(), idle: 0 };
+            let recv = ShmRecv { seg, sock, queue: VecDeque::new(), next_id: 0, done: Vec::new(), idle: 0 };
             return Ok(Some((id, Box::new(recv))));
         }
     }
@@ -318,7 +330,8 @@ struct ShmSend {
     sock: UnixStream,
     queue: VecDeque<SendReq>,
     next_id: u64,
-    done: HashMap<u64, usize>,
+    /// Completed requests not yet reported by `test` (few: requests complete in order).
+    done: Vec<(u64, usize)>,
     idle: u32,
 }
 
@@ -358,7 +371,7 @@ impl ShmSend {
                 break;
             }
             let req = self.queue.pop_front().expect("front exists");
-            self.done.insert(req.id, len);
+            self.done.push((req.id, len));
         }
         if moved {
             self.idle = 0;
@@ -382,11 +395,11 @@ impl NetSend for ShmSend {
     }
 
     fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
-        if let Some(n) = self.done.remove(&req.0) {
+        if let Some(n) = take_done(&mut self.done, req.0) {
             return Ok(Some(n));
         }
         self.progress()?;
-        Ok(self.done.remove(&req.0))
+        Ok(take_done(&mut self.done, req.0))
     }
 
     fn wait_hint(&self) -> Option<WaitHint> {
@@ -411,7 +424,8 @@ struct ShmRecv {
     sock: UnixStream,
     queue: VecDeque<RecvReq>,
     next_id: u64,
-    done: HashMap<u64, usize>,
+    /// Completed requests not yet reported by `test` (few: requests complete in order).
+    done: Vec<(u64, usize)>,
     idle: u32,
 }
 
@@ -429,7 +443,8 @@ impl ShmRecv {
                 let (hdr, data) = self.seg.slot(tail);
                 // SAFETY: tail < head (Acquire) means the sender published this slot and will
                 // not touch it until we advance tail.
-                let (msg_len, offset, piece) = unsafe { (hdr.read() as usize, hdr.add(1).read() as usize, hdr.add(2).read() as usize) };
+                let (msg_len, offset, piece) =
+                    unsafe { (hdr.read() as usize, hdr.add(1).read() as usize, hdr.add(2).read() as usize) };
                 if msg_len != len {
                     return Err(Error::invalid_usage(format!(
                         "message size mismatch: peer sent {msg_len} bytes, {len} were posted (do the ranks' calls match?)"
@@ -453,7 +468,7 @@ impl ShmRecv {
                 break;
             }
             let req = self.queue.pop_front().expect("front exists");
-            self.done.insert(req.id, len);
+            self.done.push((req.id, len));
         }
         if moved {
             self.idle = 0;
@@ -485,11 +500,11 @@ impl NetRecv for ShmRecv {
     }
 
     fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
-        if let Some(n) = self.done.remove(&req.0) {
+        if let Some(n) = take_done(&mut self.done, req.0) {
             return Ok(Some(n));
         }
         self.progress()?;
-        Ok(self.done.remove(&req.0))
+        Ok(take_done(&mut self.done, req.0))
     }
 
     fn wait_hint(&self) -> Option<WaitHint> {
