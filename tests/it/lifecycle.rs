@@ -139,3 +139,56 @@ fn many_communicators_from_several_threads() {
         h.join().unwrap();
     }
 }
+
+#[test]
+fn scalable_init_abort_memory_and_registration() {
+    use ferroccl::ffi::mem::{ncclMemAlloc, ncclMemFree};
+    use ferroccl::ffi::query::{ncclCommDeregister, ncclCommRegister};
+    use ferroccl::types::ncclResult_t;
+    let n = 2;
+    let ids = [unique_id(), unique_id()];
+    let threads: Vec<_> = (0..n)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let mut ids = ids;
+                let mut comm: ncclComm_t = std::ptr::null_mut();
+                check(
+                    ncclCommInitRankScalable(&mut comm, n, rank, 2, ids.as_mut_ptr(), std::ptr::null_mut()),
+                    "ncclCommInitRankScalable",
+                );
+                let mut p: *mut c_void = std::ptr::null_mut();
+                check(ncclMemAlloc(&mut p, 1 << 20), "ncclMemAlloc");
+                assert_eq!(p as usize % 4096, 0);
+                let mut handle: *mut c_void = std::ptr::null_mut();
+                check(ncclCommRegister(comm, p, 1 << 20, &mut handle), "register");
+                // SAFETY: p is a 1 MiB allocation from ncclMemAlloc.
+                let buf = unsafe { std::slice::from_raw_parts_mut(p as *mut f32, 1 << 18) };
+                buf.fill(rank as f32 + 1.0);
+                check(ncclAllReduce(p, p, 1 << 18, ncclDataType_t(7), ncclRedOp_t(0), comm, S), "allreduce");
+                assert!(buf.iter().all(|&v| v == 3.0));
+                check(ncclCommDeregister(comm, handle), "deregister");
+                assert_eq!(ncclCommDeregister(comm, handle), ncclResult_t::ncclInvalidArgument);
+                check(ncclMemFree(p), "ncclMemFree");
+                assert_eq!(ncclMemFree(p), ncclResult_t::ncclInvalidArgument, "double free is rejected");
+                check(ncclCommAbort(comm), "abort");
+                assert_eq!(ncclCommDestroy(comm), ncclResult_t::ncclInvalidArgument, "aborted comm is gone");
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+#[test]
+fn finalized_communicator_refuses_work() {
+    use ferroccl::types::ncclResult_t;
+    with_ranks(1, |_, comm| {
+        let v = [1.0f32; 4];
+        let mut out = [0f32; 4];
+        check(ncclCommFinalize(comm.0), "finalize");
+        let r =
+            ncclAllReduce(v.as_ptr().cast(), out.as_mut_ptr().cast(), 4, ncclDataType_t(7), ncclRedOp_t(0), comm.0, S);
+        assert_eq!(r, ncclResult_t::ncclInvalidUsage);
+    });
+}

@@ -161,3 +161,18 @@ fn kill_9_of_a_rank_fails_the_survivor_and_leaves_no_segment() {
     assert!(started.elapsed() < Duration::from_secs(30), "the survivor took {:?} to notice", started.elapsed());
     assert_eq!(shm_files(), before, "no ferroccl segment may remain in /dev/shm");
 }
+
+#[test]
+fn nccl_comm_id_puts_the_root_at_a_fixed_address() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    // A free port on loopback for the root that rank 0 starts.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let spec = format!("127.0.0.1:{port}");
+    let dummy = unique_id();
+    let env = [("NCCL_COMM_ID", spec.as_str()), ("NCCL_SHM_DISABLE", "1")];
+    let (a, b) = (spawn(0, "commid", &dummy, &env), spawn(1, "commid", &dummy, &env));
+    let (a, b) = (wait_output(a), wait_output(b));
+    assert!(a.contains("CHILD 0 done") && b.contains("CHILD 1 done"), "{a}\n{b}");
+}
