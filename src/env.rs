@@ -157,6 +157,12 @@ pub static PARAMS: &[Param] = &[
     ),
     param("FERROCCL_TLS_REKEY_BYTES", Bytes, "1G", "Bytes sent on one TLS connection before it rekeys"),
     param("FERROCCL_TOPO_DUMP", Str, "", "Write the detected topology to this path"),
+    param(
+        "FERROCCL_SHM_DIRECT",
+        Bool,
+        "1",
+        "1 lets shared memory move messages of 64 KiB and more in one copy (process_vm_readv); 0 copies through the slots",
+    ),
 ];
 
 /// Looks up a parameter by name.

@@ -181,6 +181,9 @@ pub extern "C" fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
     boundary("ncclCommDestroy", || {
+        if comm.is_null() {
+            return Ok(()); // as NCCL: destroying NULL is a no-op
+        }
         let c = comm::unregister(comm, "ncclCommDestroy")?;
         c.abort();
         log::info!(target: "DESTROY", "comm {:p} rank {} nranks {} - Destroy COMPLETE", comm, c.rank, c.nranks);
@@ -192,6 +195,9 @@ pub extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
     boundary("ncclCommAbort", || {
+        if comm.is_null() {
+            return Ok(()); // as NCCL: aborting NULL is a no-op
+        }
         let c = comm::unregister(comm, "ncclCommAbort")?;
         c.abort();
         log::info!(target: "DESTROY", "comm {:p} rank {} nranks {} - Abort COMPLETE", comm, c.rank, c.nranks);

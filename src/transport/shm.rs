@@ -4,6 +4,12 @@
 //! of fixed-size slots. The sender copies each message into slots; the receiver copies or
 //! reduces straight from the slot into the destination (no staging copy).
 //!
+//! Large messages (at least `DIRECT_MIN` bytes) take a single-copy path when the receiver can
+//! read the sender's memory: the sender publishes only the buffer's address in a slot, the
+//! receiver copies or reduces straight from it (a plain read between threads of one process,
+//! `process_vm_readv` between processes) and acknowledges, which completes the send. Whether
+//! cross-process reads work (ptrace policy, seccomp) is probed once per connection.
+//!
 //! Segments are memfd files, never named in /dev/shm: the sender passes the descriptor to the
 //! receiver over an abstract Unix socket (SCM_RIGHTS), so a crash at any moment leaves nothing
 //! behind. That socket stays open as a liveness signal: when the peer process dies it hangs
@@ -29,6 +35,22 @@ const SLOT_HEADER: usize = 64;
 const SEGMENT_BYTES: usize = HEADER_BYTES + SLOTS * (SLOT_HEADER + SLOT_BYTES);
 /// Idle progress calls between liveness checks of the peer.
 const LIVENESS_EVERY: u32 = 4096;
+/// Messages from this size on use the single-copy path where available.
+const DIRECT_MIN: usize = 64 << 10;
+/// Bytes read per `process_vm_readv` piece when reducing (fits in cache with its operands).
+const DIRECT_PIECE: usize = 256 << 10;
+/// Slot header flag: the slot holds a descriptor (address, pid) instead of data.
+const FLAG_DIRECT: u64 = 1;
+/// Segment header offsets (bytes): sender's pid and probe address, the receiver's verdict on
+/// reading them (0 = not yet known), and the count of completed direct messages.
+const OFF_SENDER_PID: usize = 128;
+const OFF_PROBE_ADDR: usize = 136;
+const OFF_CAN_DIRECT: usize = 192;
+const OFF_DIRECT_DONE: usize = 256;
+const CAN_DIRECT_YES: u64 = 1;
+const CAN_DIRECT_NO: u64 = 2;
+/// What the receiver reads back from the sender's memory to prove it can.
+static PROBE: u64 = 0x4665_7272_6f43_434c;
 
 /// A mapped FIFO segment.
 struct Segment {
@@ -90,6 +112,13 @@ impl Segment {
         unsafe { &*(self.base.add(64) as *const AtomicU64) }
     }
 
+    /// A u64 field of the segment header, accessed atomically by both sides.
+    fn word(&self, offset: usize) -> &AtomicU64 {
+        debug_assert!(offset % 8 == 0 && offset + 8 <= HEADER_BYTES);
+        // SAFETY: offset is inside the header page, 8-aligned, and only accessed atomically.
+        unsafe { &*(self.base.add(offset) as *const AtomicU64) }
+    }
+
     /// Slot `i`: (header pointer, payload pointer).
     fn slot(&self, i: u64) -> (*mut u64, *mut u8) {
         let off = HEADER_BYTES + (i as usize % SLOTS) * (SLOT_HEADER + SLOT_BYTES);
@@ -103,6 +132,66 @@ impl Drop for Segment {
         // SAFETY: base/len are the mapping made in `map`, unmapped once.
         unsafe { libc::munmap(self.base as *mut libc::c_void, SEGMENT_BYTES) };
     }
+}
+
+/// Applies a whole direct message: straight from the sender's memory within one process,
+/// through `process_vm_readv` (into the destination for copies, piecewise staging otherwise)
+/// between processes.
+fn direct_read(pid: u32, addr: u64, dst: MemRegion, op: &RecvOp, staging: &mut Vec<u8>) -> Result<()> {
+    let len = dst.len();
+    if pid == std::process::id() {
+        // SAFETY: the sender's buffer is live and unwritten until we acknowledge (its send
+        // request completes only then), and it lies in this process.
+        let src = unsafe { std::slice::from_raw_parts(addr as usize as *const u8, len) };
+        return super::apply_recv_op(dst, op, 0, src);
+    }
+    if let RecvOp::Copy = op {
+        // SAFETY: MemRegion's contract: the destination is ours alone until completion.
+        let out = unsafe { std::slice::from_raw_parts_mut(dst.ptr(), len) };
+        return read_remote(pid, addr, out);
+    }
+    staging.resize(DIRECT_PIECE.min(len), 0);
+    let mut off = 0;
+    while off < len {
+        let n = DIRECT_PIECE.min(len - off);
+        read_remote(pid, addr + off as u64, &mut staging[..n])?;
+        super::apply_recv_op(dst, op, off, &staging[..n])?;
+        off += n;
+    }
+    Ok(())
+}
+
+/// FERROCCL_SHM_DIRECT, read once.
+fn direct_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| crate::env::get_bool("FERROCCL_SHM_DIRECT"))
+}
+
+/// Whether this process can read the sender's memory (same process, or process_vm_readv).
+fn probe_sender(seg: &Segment) -> bool {
+    let pid = seg.word(OFF_SENDER_PID).load(Ordering::Relaxed) as u32;
+    let addr = seg.word(OFF_PROBE_ADDR).load(Ordering::Relaxed);
+    if pid == std::process::id() {
+        return true;
+    }
+    let mut got = [0u8; 8];
+    read_remote(pid, addr, &mut got).is_ok() && u64::from_ne_bytes(got) == PROBE
+}
+
+/// Reads `out.len()` bytes at `addr` in process `pid`.
+fn read_remote(pid: u32, addr: u64, out: &mut [u8]) -> Result<()> {
+    let mut done = 0;
+    while done < out.len() {
+        let local = libc::iovec { iov_base: out[done..].as_mut_ptr() as *mut libc::c_void, iov_len: out.len() - done };
+        let remote = libc::iovec { iov_base: (addr as usize + done) as *mut libc::c_void, iov_len: out.len() - done };
+        // SAFETY: `local` is our own writable buffer; the kernel checks the remote range.
+        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if n <= 0 {
+            return Err(Error::remote(format!("process_vm_readv from pid {pid}: {}", io::Error::last_os_error())));
+        }
+        done += n as usize;
+    }
+    Ok(())
 }
 
 fn take_done(done: &mut Vec<(u64, usize)>, id: u64) -> Option<usize> {
@@ -168,6 +257,8 @@ impl Net for ShmNet {
         };
         sock.set_read_timeout(Some(crate::bootstrap::timeout())).map_err(|e| Error::system("SO_RCVTIMEO", e))?;
         let seg = Segment::create()?;
+        seg.word(OFF_SENDER_PID).store(std::process::id() as u64, Ordering::Relaxed);
+        seg.word(OFF_PROBE_ADDR).store(&PROBE as *const u64 as u64, Ordering::Relaxed);
         let hello = Hello { magic: me.comm_magic, kind: ConnKind::Data, rank: me.rank, extra: me.channel };
         // No acknowledgement is awaited (the peer maps the segment when it next accepts, and
         // waiting here could deadlock two ranks connecting to each other); the descriptor in
@@ -175,7 +266,15 @@ impl Net for ShmNet {
         send_with_fd(&sock, &hello.encode(), seg._fd.as_raw_fd())?;
         sock.set_nonblocking(true).map_err(|e| Error::system("O_NONBLOCK", e))?;
         let _ = self.pid;
-        Ok(Box::new(ShmSend { seg, sock, queue: VecDeque::new(), next_id: 0, done: Vec::new(), idle: 0 }))
+        Ok(Box::new(ShmSend {
+            seg,
+            sock,
+            queue: VecDeque::new(),
+            next_id: 0,
+            done: Vec::new(),
+            idle: 0,
+            direct_sent: 0,
+        }))
     }
 }
 
@@ -233,8 +332,18 @@ impl NetListener for ShmListener {
                 }
             };
             sock.set_nonblocking(true).map_err(|e| Error::system("O_NONBLOCK", e))?;
+            let verdict = if direct_enabled() && probe_sender(&seg) { CAN_DIRECT_YES } else { CAN_DIRECT_NO };
+            seg.word(OFF_CAN_DIRECT).store(verdict, Ordering::Release);
             let id = ConnectorId { comm_magic: hello.magic, rank: hello.rank, channel: hello.extra };
-            let recv = ShmRecv { seg, sock, queue: VecDeque::new(), next_id: 0, done: Vec::new(), idle: 0 };
+            let recv = ShmRecv {
+                seg,
+                sock,
+                staging: Vec::new(),
+                queue: VecDeque::new(),
+                next_id: 0,
+                done: Vec::new(),
+                idle: 0,
+            };
             return Ok(Some((id, Box::new(recv))));
         }
     }
@@ -333,6 +442,8 @@ struct ShmSend {
     /// Completed requests not yet reported by `test` (few: requests complete in order).
     done: Vec<(u64, usize)>,
     idle: u32,
+    /// Direct messages published so far (the receiver counts those it completed).
+    direct_sent: u64,
 }
 
 impl ShmSend {
@@ -340,6 +451,38 @@ impl ShmSend {
         let mut moved = false;
         while let Some(req) = self.queue.front_mut() {
             let len = req.region.len();
+            let direct = len >= DIRECT_MIN && self.seg.word(OFF_CAN_DIRECT).load(Ordering::Acquire) == CAN_DIRECT_YES;
+            if direct {
+                if !req.started {
+                    let head = self.seg.head().load(Ordering::Relaxed);
+                    if head - self.seg.tail().load(Ordering::Acquire) >= SLOTS as u64 {
+                        break;
+                    }
+                    let (hdr, _) = self.seg.slot(head);
+                    // SAFETY: the slot is free (see below); the receiver reads it only after
+                    // head is published with Release.
+                    unsafe {
+                        hdr.write(len as u64);
+                        hdr.add(1).write(0);
+                        hdr.add(2).write(0);
+                        hdr.add(3).write(FLAG_DIRECT);
+                        hdr.add(4).write(req.region.ptr() as u64);
+                    }
+                    self.seg.head().store(head + 1, Ordering::Release);
+                    req.started = true;
+                    self.direct_sent += 1;
+                    req.sent = self.direct_sent as usize; // the ack number this request waits for
+                    moved = true;
+                }
+                // Complete once the receiver has read the buffer (it counts in order).
+                if self.seg.word(OFF_DIRECT_DONE).load(Ordering::Acquire) < req.sent as u64 {
+                    break;
+                }
+                let req = self.queue.pop_front().expect("front exists");
+                self.done.push((req.id, len));
+                moved = true;
+                continue;
+            }
             loop {
                 let head = self.seg.head().load(Ordering::Relaxed);
                 let tail = self.seg.tail().load(Ordering::Acquire);
@@ -358,6 +501,7 @@ impl ShmSend {
                     hdr.write(len as u64);
                     hdr.add(1).write(req.sent as u64);
                     hdr.add(2).write(piece as u64);
+                    hdr.add(3).write(0);
                 }
                 self.seg.head().store(head + 1, Ordering::Release);
                 req.sent += piece;
@@ -422,6 +566,8 @@ struct RecvReq {
 struct ShmRecv {
     seg: Segment,
     sock: UnixStream,
+    /// Pieces read from another process before reducing them.
+    staging: Vec<u8>,
     queue: VecDeque<RecvReq>,
     next_id: u64,
     /// Completed requests not yet reported by `test` (few: requests complete in order).
@@ -443,8 +589,30 @@ impl ShmRecv {
                 let (hdr, data) = self.seg.slot(tail);
                 // SAFETY: tail < head (Acquire) means the sender published this slot and will
                 // not touch it until we advance tail.
-                let (msg_len, offset, piece) =
-                    unsafe { (hdr.read() as usize, hdr.add(1).read() as usize, hdr.add(2).read() as usize) };
+                let (msg_len, offset, piece, flags, addr) = unsafe {
+                    (
+                        hdr.read() as usize,
+                        hdr.add(1).read() as usize,
+                        hdr.add(2).read() as usize,
+                        hdr.add(3).read(),
+                        hdr.add(4).read(),
+                    )
+                };
+                if flags == FLAG_DIRECT {
+                    if msg_len != len || req.started {
+                        return Err(Error::invalid_usage(format!(
+                            "message size mismatch: peer sent {msg_len} bytes, {len} were posted (do the ranks' calls match?)"
+                        )));
+                    }
+                    let pid = self.seg.word(OFF_SENDER_PID).load(Ordering::Relaxed) as u32;
+                    direct_read(pid, addr, req.region, &req.op, &mut self.staging)?;
+                    self.seg.tail().store(tail + 1, Ordering::Release);
+                    self.seg.word(OFF_DIRECT_DONE).fetch_add(1, Ordering::Release);
+                    req.got = len;
+                    req.started = true;
+                    moved = true;
+                    break;
+                }
                 if msg_len != len {
                     return Err(Error::invalid_usage(format!(
                         "message size mismatch: peer sent {msg_len} bytes, {len} were posted (do the ranks' calls match?)"
