@@ -124,6 +124,7 @@ impl Comm {
     ) -> Result<Arc<Comm>> {
         let (rank, nranks, magic) = (bootstrap.rank(), bootstrap.nranks(), bootstrap.magic());
         let net = network()?;
+        describe_topology_once();
         let (mut links, handle) = Links::listen(net.clone(), rank, nranks, magic, host_hash())?;
         let me = PeerInfo {
             rank,
@@ -385,6 +386,21 @@ fn network() -> Result<Arc<dyn Net>> {
         Ok(n) => Ok(n.clone()),
         Err(e) => Err(Error::invalid_usage(e.clone())),
     }
+}
+
+/// Logs the machine's topology (NCCL_DEBUG_SUBSYS=GRAPH) and writes it out when
+/// FERROCCL_TOPO_DUMP asks, once per process.
+fn describe_topology_once() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let topo = crate::topo::Topology::system();
+        topo.log_graph();
+        match topo.dump_if_requested() {
+            Ok(Some(path)) => log::info!(target: "GRAPH", "Topology written to {}", path.display()),
+            Ok(None) => {}
+            Err(e) => log::warn!(target: "GRAPH", "FERROCCL_TOPO_DUMP: {e}"),
+        }
+    });
 }
 
 /// Host identity: hostname plus boot id, or NCCL_HOSTID.

@@ -150,13 +150,29 @@ pub fn pick() -> Result<Interface> {
     let all = system_interfaces()?;
     let filter = crate::env::get_str("NCCL_SOCKET_IFNAME").map(|s| IfFilter::parse(&s));
     let family = Family::parse(crate::env::get_str("NCCL_SOCKET_FAMILY").as_deref())?;
-    choose(&all, filter.as_ref(), family).into_iter().next().ok_or_else(|| {
+    let candidates = choose(&all, filter.as_ref(), family);
+    nearest(&candidates).or_else(|| candidates.into_iter().next()).ok_or_else(|| {
         Error::invalid_usage(format!(
             "no usable network interface (NCCL_SOCKET_IFNAME={}, NCCL_SOCKET_FAMILY={:?})",
             crate::env::get_str("NCCL_SOCKET_IFNAME").unwrap_or_default(),
             family
         ))
     })
+}
+
+/// Among several candidate interfaces, the one whose NIC is closest (by hwloc topology) to
+/// the NUMA node this thread runs on; `None` when the topology cannot tell them apart.
+fn nearest(candidates: &[Interface]) -> Option<Interface> {
+    if candidates.len() < 2 {
+        return None;
+    }
+    let topo = crate::topo::Topology::system();
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    let node = topo.numa_nodes().iter().find(|n| cpu >= 0 && n.cpuset.contains(cpu as u32))?.os_index;
+    let ids: Vec<_> = candidates.iter().filter_map(|i| topo.device_by_name(&i.name).map(|d| d.id)).collect();
+    let nic = topo.nic_for_among(crate::topo::Near::Numa(node), &ids)?;
+    candidates.iter().find(|i| nic.names.iter().any(|n| n == &i.name)).cloned()
 }
 
 #[cfg(test)]
