@@ -21,13 +21,19 @@ pub fn c_g(value: f64) -> String {
         return if value.is_sign_negative() { "-0".into() } else { "0".into() };
     }
     if !value.is_finite() {
-        return if value.is_nan() { "nan".into() } else if value > 0.0 { "inf".into() } else { "-inf".into() };
+        return if value.is_nan() {
+            "nan".into()
+        } else if value > 0.0 {
+            "inf".into()
+        } else {
+            "-inf".into()
+        };
     }
     const P: i32 = 6;
     // The exponent after rounding to P significant digits decides the style.
     let e = c_exp(value, (P - 1) as usize);
     let x: i32 = e.split_once('e').map(|(_, x)| x.parse().unwrap()).unwrap();
-    if x < -4 || x >= P {
+    if !(-4..P).contains(&x) {
         let (mant, exp) = e.split_once('e').unwrap();
         format!("{}e{}", strip_zeros(mant), exp)
     } else {

@@ -21,8 +21,12 @@ use std::time::Instant;
 use clap::Parser;
 use ferroccl::ffi::group::{ncclGroupEnd, ncclGroupStart};
 use ferroccl::ffi::init::{ncclCommDestroy, ncclCommInitAll, ncclCommInitRank, ncclGetUniqueId};
-use ferroccl::ffi::query::{ncclGetErrorString, ncclGetLastError, ncclGetVersion, ncclRedOpCreatePreMulSum, ncclRedOpDestroy};
-use ferroccl::types::{ncclComm_t, ncclRedOp_t, ncclResult_t, ncclScalarResidence_t, ncclUniqueId, NCCL_UNIQUE_ID_BYTES};
+use ferroccl::ffi::query::{
+    ncclGetErrorString, ncclGetLastError, ncclGetVersion, ncclRedOpCreatePreMulSum, ncclRedOpDestroy,
+};
+use ferroccl::types::{
+    ncclComm_t, ncclRedOp_t, ncclResult_t, ncclScalarResidence_t, ncclUniqueId, NCCL_UNIQUE_ID_BYTES,
+};
 
 use check::Check;
 use coll::{Coll, Counts};
@@ -150,7 +154,7 @@ fn parse_size(s: &str) -> Result<usize, String> {
         None => (t, 1),
     };
     let v: f64 = num.trim().parse().map_err(|_| format!("invalid size '{s}'"))?;
-    if !(v >= 0.0) {
+    if v.is_nan() || v < 0.0 {
         return Err(format!("invalid size '{s}'"));
     }
     Ok((v * unit as f64) as usize)
@@ -240,9 +244,9 @@ fn nccl_check(host: &str, call: &str, r: ncclResult_t) {
         cstr(ncclGetErrorString(r)),
         cstr(ncclGetLastError(std::ptr::null_mut()))
     );
+    // nccl-tests prints it on stdout, in line with the table.
     println!("{msg}");
     let _ = std::io::stdout().flush();
-    eprintln!("{msg}");
     // Other ranks may be blocked in a collective with this one: end the whole process (mpirun
     // then ends the job).
     std::process::exit(3);
@@ -305,8 +309,8 @@ fn real_main(args: Args) -> Result<i32, String> {
 
     #[cfg(feature = "mpi")]
     let universe = if use_mpi {
-        let (u, _level) = mpi::initialize_with_threading(mpi::Threading::Funneled)
-            .ok_or("MPI is already initialised".to_string())?;
+        let (u, _level) =
+            mpi::initialize_with_threading(mpi::Threading::Funneled).ok_or("MPI is already initialised".to_string())?;
         Some(u)
     } else {
         None
@@ -493,12 +497,20 @@ fn run(args: &Args, world: &World, use_mpi: bool) -> Result<i32, String> {
         InitMode::Group => {
             nccl_check(&host, "ncclGroupStart", ncclGroupStart());
             for (t, c) in comms.iter_mut().enumerate() {
-                nccl_check(&host, "ncclCommInitRank", ncclCommInitRank(c, nranks as c_int, id, world.rank_of(t) as c_int));
+                nccl_check(
+                    &host,
+                    "ncclCommInitRank",
+                    ncclCommInitRank(c, nranks as c_int, id, world.rank_of(t) as c_int),
+                );
             }
             nccl_check(&host, "ncclGroupEnd", ncclGroupEnd());
         }
         InitMode::All => {
-            nccl_check(&host, "ncclCommInitAll", ncclCommInitAll(comms.as_mut_ptr(), world.nthreads as c_int, std::ptr::null()));
+            nccl_check(
+                &host,
+                "ncclCommInitAll",
+                ncclCommInitAll(comms.as_mut_ptr(), world.nthreads as c_int, std::ptr::null()),
+            );
         }
         InitMode::Threads => {} // in each rank's thread
     }
@@ -578,10 +590,7 @@ fn run(args: &Args, world: &World, use_mpi: bool) -> Result<i32, String> {
                     Json::obj(vec![
                         ("minimum_bytes", Json::Int(plan.minbytes as i64)),
                         ("maximum_bytes", Json::Int(plan.maxbytes as i64)),
-                        (
-                            if plan.stepfactor > 1 { "step_factor" } else { "step_bytes" },
-                            Json::Int(step.0 as i64),
-                        ),
+                        (if plan.stepfactor > 1 { "step_factor" } else { "step_bytes" }, Json::Int(step.0 as i64)),
                         ("warmup_iters", Json::Int(plan.warmup as i64)),
                         ("iterations", Json::Int(plan.iters as i64)),
                         ("aggregated_iterations", Json::Int(plan.agg as i64)),
@@ -593,7 +602,10 @@ fn run(args: &Args, world: &World, use_mpi: bool) -> Result<i32, String> {
                 ),
                 ("devices", Json::Arr(devices)),
                 ("results", Json::Arr(main_outcome.rows.clone())),
-                ("out_of_bounds", Json::obj(vec![("count", Json::Int(errors as i64)), ("okay", Json::Bool(errors == 0))])),
+                (
+                    "out_of_bounds",
+                    Json::obj(vec![("count", Json::Int(errors as i64)), ("okay", Json::Bool(errors == 0))]),
+                ),
                 ("average_bus_bandwidth", Json::Num(avg_bw)),
             ]);
             match std::fs::write(path, doc.render()) {
@@ -621,10 +633,25 @@ fn parse_rank_line(line: &str) -> Json {
 
 fn print_table_header() {
     println!("#");
-    println!("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place          ", "", "", "", "", "");
+    println!(
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place          ",
+        "", "", "", "", ""
+    );
     println!(
         "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6} ",
-        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong"
     );
     println!(
         "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6} ",
@@ -647,7 +674,13 @@ impl Measure {
             Some(w) => format!("{:>6}", fmt::c_g(w as f64)),
             None => "   N/A".into(),
         };
-        format!("  {}  {}  {}  {}", fmt::float_str(self.time_us, 7), fmt::float_str(self.algbw, 6), fmt::float_str(self.busbw, 6), wrong)
+        format!(
+            "  {}  {}  {}  {}",
+            fmt::float_str(self.time_us, 7),
+            fmt::float_str(self.algbw, 6),
+            fmt::float_str(self.busbw, 6),
+            wrong
+        )
     }
     fn json(&self) -> Json {
         Json::obj(vec![
@@ -756,7 +789,18 @@ impl Rank<'_> {
         }
         // SAFETY: the pointers cover the regions of `counts` (see `pointers`).
         let res = unsafe {
-            coll::run(self.plan.coll, s, r, counts.param, dt.nccl(), handle, root.max(0) as c_int, self.rank, self.nranks, self.comm)
+            coll::run(
+                self.plan.coll,
+                s,
+                r,
+                counts.param,
+                dt.nccl(),
+                handle,
+                root.max(0) as c_int,
+                self.rank,
+                self.nranks,
+                self.comm,
+            )
         };
         if let Err((call, code)) = res {
             self.fail(call, code);
@@ -854,7 +898,8 @@ impl Rank<'_> {
         let mut size = p.minbytes;
         while size <= p.maxbytes {
             v.push(size);
-            let next = if p.stepfactor > 1 { size.saturating_mul(p.stepfactor) } else { size.saturating_add(p.stepbytes) };
+            let next =
+                if p.stepfactor > 1 { size.saturating_mul(p.stepfactor) } else { size.saturating_add(p.stepbytes) };
             if next <= size {
                 break;
             }

@@ -33,6 +33,7 @@ pub struct Mpi {
 // (MPI_THREAD_FUNNELED); other threads only carry the reference.
 #[cfg(feature = "mpi")]
 unsafe impl Sync for Mpi {}
+// SAFETY: as for Sync: only thread 0 makes MPI calls through it.
 #[cfg(feature = "mpi")]
 unsafe impl Send for Mpi {}
 

@@ -40,14 +40,21 @@ pub struct Links {
 
 /// Whether shared memory may be used at all (NCCL_SHM_DISABLE, the strict encryption policy).
 pub fn shm_allowed() -> bool {
-    let strict = crate::env::get_str_or_default("FERROCCL_ENCRYPTION_POLICY").is_some_and(|p| p.eq_ignore_ascii_case("strict"));
+    let strict =
+        crate::env::get_str_or_default("FERROCCL_ENCRYPTION_POLICY").is_some_and(|p| p.eq_ignore_ascii_case("strict"));
     !crate::env::get_bool("NCCL_SHM_DISABLE") && !strict
 }
 
 impl Links {
     /// Starts listening; the returned handle (and `shm_listening`) must reach every peer
     /// through the bootstrap before [`Links::set_peers`].
-    pub fn listen(net: Arc<dyn Net>, rank: usize, nranks: usize, magic: u64, host_hash: u64) -> Result<(Links, NetHandle)> {
+    pub fn listen(
+        net: Arc<dyn Net>,
+        rank: usize,
+        nranks: usize,
+        magic: u64,
+        host_hash: u64,
+    ) -> Result<(Links, NetHandle)> {
         let (handle, listener) = net.listen(magic)?;
         let shm = if shm_allowed() {
             let shm_net = ShmNet::new();

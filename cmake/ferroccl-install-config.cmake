@@ -1,0 +1,57 @@
+# Install-time script (install(SCRIPT) in CMakeLists.txt): writes ferrocclConfig.cmake,
+# ferrocclConfigVersion.cmake and ferroccl.pc from the templates in cmake/, with the same
+# substitutions as `make install`. Variables come from the preceding install(CODE).
+set(_root "$ENV{DESTDIR}${CMAKE_INSTALL_PREFIX}")
+
+file(READ "${FERROCCL_STAGE_DIR}/native-static-libs.txt" _libs)
+string(STRIP "${_libs}" _libs)
+separate_arguments(_flags UNIX_COMMAND "${_libs}")
+set(FERROCCL_NATIVE_STATIC_LIBS "")
+foreach(_flag IN LISTS _flags)
+  string(REGEX REPLACE "^-l" "" _flag "${_flag}")
+  list(APPEND FERROCCL_NATIVE_STATIC_LIBS "${_flag}")
+endforeach()
+string(STRIP "${FERROCCL_MPI_LINK_DIRS} ${_libs}" FERROCCL_PC_LIBS_PRIVATE)
+
+file(STRINGS "${FERROCCL_STAGE_DIR}/include/nccl.h" _defs REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) ")
+set(_nv "")
+foreach(_part MAJOR MINOR PATCH)
+  foreach(_d IN LISTS _defs)
+    if(_d MATCHES "^#define NCCL_${_part} +([0-9]+)")
+      list(APPEND _nv "${CMAKE_MATCH_1}")
+    endif()
+  endforeach()
+endforeach()
+string(REPLACE ";" "." FERROCCL_NCCL_VERSION "${_nv}")
+
+if(FERROCCL_WITH_TLS)
+  set(FERROCCL_WITH_TLS ON)
+  set(FERROCCL_WITH_TLS_01 1)
+else()
+  set(FERROCCL_WITH_TLS OFF)
+  set(FERROCCL_WITH_TLS_01 0)
+endif()
+if(FERROCCL_WITH_MPI)
+  set(FERROCCL_WITH_MPI ON)
+  set(FERROCCL_WITH_MPI_01 1)
+else()
+  set(FERROCCL_WITH_MPI OFF)
+  set(FERROCCL_WITH_MPI_01 0)
+endif()
+if(FERROCCL_HAVE_FORTRAN_MOD)
+  set(FERROCCL_HAVE_FORTRAN_MOD ON)
+else()
+  set(FERROCCL_HAVE_FORTRAN_MOD OFF)
+endif()
+set(FERROCCL_PREFIX "${CMAKE_INSTALL_PREFIX}")
+
+foreach(_pair
+    "ferrocclConfig.cmake.in;lib/cmake/ferroccl/ferrocclConfig.cmake"
+    "ferrocclConfigVersion.cmake.in;lib/cmake/ferroccl/ferrocclConfigVersion.cmake"
+    "ferroccl.pc.in;lib/pkgconfig/ferroccl.pc")
+  list(GET _pair 0 _in)
+  list(GET _pair 1 _out)
+  message(STATUS "Installing: ${_root}/${_out}")
+  configure_file("${FERROCCL_SOURCE_DIR}/cmake/${_in}" "${_root}/${_out}" @ONLY)
+  list(APPEND CMAKE_INSTALL_MANIFEST_FILES "${_root}/${_out}")
+endforeach()

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# ferroccl's whole test suite (the README's test command; .ci/run calls it):
+#   cargo fmt --check; cargo clippy -D warnings (default features, openssl3, openssl3+mpi);
+#   make check-header; cargo test --release --features openssl3,mpi; make test-packaging;
+#   make test-mpi.
+# Every step runs even when an earlier one failed; a summary table comes last, and the exit
+# status is non-zero when any step failed.
+#   FERROCCL_STEPS="fmt clippy ..." runs a subset (names as in the summary).
+#   TLS_BACKEND / MPI select the build that test-packaging and test-mpi use (default: none/auto).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+CARGO=${CARGO:-cargo}
+MAKE=${MAKE:-make}
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+if [ "$(id -u)" = 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+export OMPI_MCA_rmaps_base_oversubscribe=${OMPI_MCA_rmaps_base_oversubscribe:-1}
+
+steps=${FERROCCL_STEPS:-fmt clippy clippy-openssl3 clippy-all check-header cargo-test test-packaging test-mpi}
+names=()
+results=()
+times=()
+
+run_step() { # name cmd...
+  local name=$1 start rc
+  shift
+  case " $steps " in *" $name "*) ;; *) return 0 ;; esac
+  echo
+  echo "==== $name: $*"
+  start=$SECONDS
+  "$@"
+  rc=$?
+  names+=("$name")
+  times+=($((SECONDS - start)))
+  if [ $rc -eq 0 ]; then results+=("PASS"); else results+=("FAIL (exit $rc)"); fi
+  echo "==== $name: ${results[-1]} ($((SECONDS - start)) s)"
+}
+
+run_step fmt             "$CARGO" fmt --all -- --check --color never
+run_step clippy          "$CARGO" clippy --workspace --all-targets -- -D warnings
+run_step clippy-openssl3 "$CARGO" clippy --all-targets --features openssl3 -- -D warnings
+run_step clippy-all      "$CARGO" clippy --all-targets --features openssl3,mpi -- -D warnings
+run_step check-header    "$MAKE" --no-print-directory check-header
+run_step cargo-test      "$CARGO" test --release --features openssl3,mpi
+run_step test-packaging  "$MAKE" --no-print-directory test-packaging
+run_step test-mpi        "$MAKE" --no-print-directory test-mpi
+
+echo
+echo "==== summary"
+failed=0
+for i in "${!names[@]}"; do
+  printf '  %-16s %-16s %4d s\n' "${names[$i]}" "${results[$i]}" "${times[$i]}"
+  [ "${results[$i]}" = PASS ] || failed=$((failed + 1))
+done
+echo "$(( ${#names[@]} - failed )) passed, $failed failed"
+[ $failed -eq 0 ]
