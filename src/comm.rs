@@ -17,6 +17,20 @@ use crate::transport::socket_net::SocketNet;
 use crate::transport::Net;
 use crate::types::{ncclComm_t, ncclResult_t, DataType, NCCL_NUM_OPS};
 
+/// A PreMulSum scalar: its value now (ncclScalarHostImmediate) or where to read it each time
+/// a collective uses the operator (ncclScalarDevice).
+#[derive(Clone, Copy, Debug)]
+pub enum Scalar {
+    Immediate([u8; 8]),
+    Pointer(usize),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum RedOpEntry {
+    Fixed(Reduction),
+    Pointer { dtype: DataType, addr: usize },
+}
+
 /// What every rank learns about every other at init.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeerInfo {
@@ -83,7 +97,7 @@ pub struct Comm {
     links: Mutex<Links>,
     async_error: AtomicI32,
     state: AtomicU8,
-    redops: Mutex<HashMap<c_int, Reduction>>,
+    redops: Mutex<HashMap<c_int, RedOpEntry>>,
     next_redop: AtomicI32,
     registrations: Mutex<HashMap<usize, (usize, usize)>>,
     next_registration: AtomicUsize,
@@ -266,13 +280,16 @@ impl Comm {
     }
 
     /// Creates a PreMulSum operator handle.
-    pub fn create_premul_sum(&self, dtype: DataType, scalar: &[u8]) -> Result<c_int> {
-        let red = Reduction::pre_mul_sum(dtype, scalar)?;
+    pub fn create_premul_sum(&self, dtype: DataType, scalar: Scalar) -> Result<c_int> {
+        let entry = match scalar {
+            Scalar::Immediate(bytes) => RedOpEntry::Fixed(Reduction::pre_mul_sum(dtype, &bytes[..dtype.size()])?),
+            Scalar::Pointer(addr) => RedOpEntry::Pointer { dtype, addr },
+        };
         let handle = self.next_redop.fetch_add(1, Ordering::AcqRel);
         if handle == c_int::MAX {
             return Err(Error::invalid_usage("too many reduction operators created"));
         }
-        self.redops.lock().unwrap_or_else(|p| p.into_inner()).insert(handle, red);
+        self.redops.lock().unwrap_or_else(|p| p.into_inner()).insert(handle, entry);
         Ok(handle)
     }
 
@@ -290,13 +307,24 @@ impl Comm {
         if let Some(b) = crate::types::BuiltinOp::from_raw(crate::types::ncclRedOp_t(op)) {
             return Ok(Reduction::builtin(dtype, b, self.nranks));
         }
-        let red = self
+        let entry = self
             .redops
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&op)
             .copied()
             .ok_or_else(|| Error::invalid_argument(format!("invalid reduction operator {op}")))?;
+        let red = match entry {
+            RedOpEntry::Fixed(r) => r,
+            RedOpEntry::Pointer { dtype: d, addr } => {
+                let mut bytes = [0u8; 8];
+                // SAFETY: ncclScalarDevice's contract: the scalar stays valid and readable
+                // while collectives use the operator; on host memory it is read when the
+                // collective is issued, which is when it runs.
+                unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, bytes.as_mut_ptr(), d.size()) };
+                Reduction::pre_mul_sum(d, &bytes[..d.size()])?
+            }
+        };
         if red.dtype != dtype {
             return Err(Error::invalid_argument(format!(
                 "operator {op} was created for {} but used with {dtype}",

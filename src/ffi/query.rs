@@ -3,7 +3,7 @@
 use std::ffi::{c_char, c_int, c_void};
 
 use super::{boundary, non_null};
-use crate::comm;
+use crate::comm::{self, Scalar};
 use crate::error::{error_string, Error};
 use crate::types::{
     ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclScalarResidence_t, ncclWindow_t, DataType,
@@ -96,18 +96,21 @@ pub extern "C" fn ncclRedOpCreatePreMulSum(
         non_null(op, "ncclRedOpCreatePreMulSum", "op")?;
         non_null(scalar, "ncclRedOpCreatePreMulSum", "scalar")?;
         let dtype = DataType::try_from(datatype).map_err(|e| e.context("ncclRedOpCreatePreMulSum"))?;
-        // Host memory: a "device" scalar is read now too, since host collectives run before the
-        // call returns and the scalar is needed only then.
-        if residence.0 != 0 && residence.0 != 1 {
-            return Err(Error::invalid_argument(format!(
-                "ncclRedOpCreatePreMulSum: invalid residence {}",
-                residence.0
-            )));
-        }
-        let mut bytes = [0u8; 8];
-        // SAFETY: scalar points to one element of `dtype` (at most 8 bytes).
-        unsafe { std::ptr::copy_nonoverlapping(scalar as *const u8, bytes.as_mut_ptr(), dtype.size()) };
-        let handle = c.create_premul_sum(dtype, &bytes[..dtype.size()])?;
+        let scalar = match residence.0 {
+            // Read now: the caller may reuse the memory as soon as this call returns.
+            1 => {
+                let mut bytes = [0u8; 8];
+                // SAFETY: scalar points to one element of `dtype` (at most 8 bytes).
+                unsafe { std::ptr::copy_nonoverlapping(scalar as *const u8, bytes.as_mut_ptr(), dtype.size()) };
+                Scalar::Immediate(bytes)
+            }
+            // Read each time a collective uses the operator (ncclScalarDevice semantics).
+            0 => Scalar::Pointer(scalar as usize),
+            other => {
+                return Err(Error::invalid_argument(format!("ncclRedOpCreatePreMulSum: invalid residence {other}")))
+            }
+        };
+        let handle = c.create_premul_sum(dtype, scalar)?;
         // SAFETY: checked non-null.
         unsafe { op.write(ncclRedOp_t(handle)) };
         Ok(())

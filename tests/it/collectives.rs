@@ -481,3 +481,40 @@ fn nan_and_inf_propagate() {
         assert!(max[0].is_nan() && max[1] == f32::INFINITY && max[2] == 1.0);
     }
 }
+
+/// A ncclScalarDevice scalar is read when the collective runs, not when the operator is made.
+#[test]
+fn pre_mul_sum_pointer_scalar_is_read_at_use() {
+    with_ranks(2, |rank, comm| {
+        let mut scalar = 5.0f64;
+        let mut op = ncclRedOp_t(-1);
+        check(
+            ncclRedOpCreatePreMulSum(
+                &mut op,
+                (&mut scalar as *mut f64).cast(),
+                dt(DataType::Float64),
+                ncclScalarResidence_t(0),
+                comm.0,
+            ),
+            "create",
+        );
+        scalar = rank as f64 + 2.0; // rank 0 multiplies by 2, rank 1 by 3
+        let v = [1.0f64; 8];
+        let mut out = [0f64; 8];
+        check(
+            ncclAllReduce(
+                v.as_ptr().cast(),
+                out.as_mut_ptr().cast(),
+                8,
+                dt(DataType::Float64),
+                op,
+                comm.0,
+                NULL_STREAM,
+            ),
+            "allreduce",
+        );
+        assert_eq!(out, [5.0; 8]);
+        let _ = scalar;
+        check(ncclRedOpDestroy(op, comm.0), "destroy");
+    });
+}
