@@ -225,6 +225,14 @@ NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALL timeout 120 "${launch[@]}" -np 2 -x NCCL_D
         awk '{printf "%s%s (%s connections)", (NR > 1 ? ", " : ""), $2, $1}') at 2 ranks"
     echo "ferroccl_transport_lines=$(grep -o 'Channel .* via .*' "$logs/probe.txt" | sort -u | paste -sd ';' -)"
 } >>"$logs/meta.txt"
+# Open MPI's point-to-point layer and shared-memory copy mechanism, as this launch selects them.
+timeout 120 "${launch[@]}" -np 2 --mca pml_base_verbose 10 "$obench" -C all_reduce -b 8 -e 8 -n 1 -w 0 -c 0 \
+    >"$logs/probe-ompi.txt" 2>&1
+{
+    echo "ompi_pml=$(sed -n 's/.*selected \([a-z0-9]*\) best priority.*/\1/p' "$logs/probe-ompi.txt" | sort -u | paste -sd, -)"
+    echo "ompi_vader_single_copy=$(ompi_info --param btl vader --level 9 2>/dev/null |
+        sed -n 's/.*btl_vader_single_copy_mechanism" (current value: "\([^"]*\)".*/\1/p' | head -1)"
+} >>"$logs/meta.txt"
 sed 's/^/# /' "$logs/meta.txt"
 
 # ---- runs -------------------------------------------------------------------------------------
@@ -434,7 +442,9 @@ P(f"- Machine: {meta.get('host')}, {meta.get('cpu_model')}, {meta.get('cpus')} C
 P(f"- Load average at start / end: {meta.get('loadavg_start')} / {meta.get('loadavg_end')}")
 P(f"- ferroccl: {meta.get('ferroccl_version')} ({meta.get('ferroccl_bench_version')}), "
   f"git {meta.get('git_commit')}; transport: {meta.get('ferroccl_transport') or 'unknown'}")
-P(f"- Open MPI: {meta.get('ompi_version')} (default MCA settings), ompi_bench built with {meta.get('mpicc')}")
+P(f"- Open MPI: {meta.get('ompi_version')} (default MCA settings: pml {meta.get('ompi_pml') or '?'}, "
+  f"vader BTL single-copy mechanism {meta.get('ompi_vader_single_copy') or '?'}), "
+  f"ompi_bench built with {meta.get('mpicc')}")
 o0 = next((o for r in runs for o in r["ompi_runs"] if o), {})
 cfg = o0.get("config", {})
 P(f"- Launch (both): `mpirun -np N --oversubscribe --bind-to none -x NCCL_SOCKET_IFNAME=lo`, "
@@ -479,7 +489,9 @@ for r in runs:
     if bz:
         P(f"CPU busy with other work in the half second before each of its runs (ferroccl segments, "
           f"then Open MPI): {', '.join(f'{x}%' for x in bz)}"
-          + (" -- the host was not idle; these numbers are disturbed" if max(bz) >= 20 else "")
+          + (f" -- {sum(1 for x in bz if x >= 20)} of {len(bz)} runs started on a busy host"
+             + ("; each cell is the fastest of the repeats" if rep > 1 and min(bz) < 20
+                else "; these numbers are disturbed") if max(bz) >= 20 else "")
           + "".join(f"; waited {w['waited_s']} s for an idle host" + (" and gave up" if w["result"] == "timeout" else "")
                     for w in r["wait_idle"] if w))
         P("")
@@ -516,6 +528,10 @@ P("- Open MPI's blocking MPI_Bcast (and the small all-gathers) return on the roo
   "rank's part of the collective is done.")
 P("- More ranks than cores (4 on 2): every rank polls, so both libraries' numbers depend on how the "
   "kernel schedules them (Open MPI turns on mpi_yield_when_idle when it sees oversubscription).")
+P("- Open MPI's vader BTL sends messages above its 4 KiB eager limit with one copy straight between "
+  "the two processes' buffers (CMA, process_vm_readv) when single-copy is cma; a transport that "
+  "stages data through shared FIFO slots touches it twice, which bounds pure data movement "
+  "(broadcast, all_gather) at large sizes.")
 P("- The host is shared with other work; the busy shares above say how much of it ran just before "
   "each run.")
 P("")

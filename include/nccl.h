@@ -194,6 +194,13 @@ ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatyp
 // Receives `count` elements from `peer`.
 ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
 
+// Writes a JSON object describing `comm`'s connections by transport and protection
+// (protocol, cipher, key exchange; counts of bootstrap and network connections; transports
+// outside the TLS boundary; plaintext connections; key updates) into `buf`, NUL-terminated.
+// The same facts as the `Encryption coverage:` INFO line. A `buf` shorter than the report
+// gives ncclInvalidArgument (the message names the size needed) and is left untouched.
+ncclResult_t ferrocclCommEncryptionReport(ncclComm_t comm, char *buf, size_t len);
+
 // Sets the process-wide encryption of ferroccl's TCP traffic. NULL or mode NONE means
 // plaintext; mode PSK needs a NUL-terminated key of at least 32 bytes. Must be called before
 // ncclGetUniqueId or any communicator.

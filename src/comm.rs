@@ -185,7 +185,9 @@ impl Comm {
             "ncclCommInitRank comm {:#x} rank {rank} nranks {nranks} cudaDev {cuda_dev} commId {comm_hash:#x} - Init COMPLETE",
             &comm as *const Comm as usize
         );
-        Ok(Arc::new(comm))
+        let comm = Arc::new(comm);
+        crate::tls::Coverage::log(&comm);
+        Ok(comm)
     }
 
     /// This rank's plan for an operation shape, generated once.
@@ -273,6 +275,8 @@ impl Comm {
     }
 
     pub fn abort(&self) {
+        // Data connections are made on first use: the report at teardown is the full one.
+        crate::tls::Coverage::log(self);
         self.state.store(CommState::Aborted as u8, Ordering::Release);
         if let Ok(mut l) = self.links.lock() {
             l.close_all();

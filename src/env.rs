@@ -104,7 +104,7 @@ pub static PARAMS: &[Param] = &[
     ),
     param("NCCL_SOCKET_FAMILY", Str, "", "Address family for sockets: AF_INET or AF_INET6; unset takes either"),
     param("NCCL_HOSTID", Str, "", "Host identity used to find ranks on the same host, instead of hostname + boot id"),
-    param("NCCL_SOCKET_NTHREADS", Int, "", "Helper threads per socket connection (1-16); unset picks automatically"),
+    param("NCCL_SOCKET_NTHREADS", Int, "", "Helper threads per socket connection (0 = none, data moves on the progress thread; 1-16); unset: striped TLS on hosts with 8+ cores, else 0"),
     param(
         "NCCL_NSOCKS_PERTHREAD",
         Int,
@@ -155,7 +155,7 @@ pub static PARAMS: &[Param] = &[
         "default",
         "default follows ncclSetEncryption; strict sends all traffic over encrypted sockets",
     ),
-    param("FERROCCL_TLS_REKEY_BYTES", Bytes, "1G", "Bytes sent on one TLS connection before it rekeys"),
+    param("FERROCCL_TLS_REKEY_BYTES", Bytes, "1G", "Bytes sent on one TLS connection before a TLS 1.3 KeyUpdate (0 disables rotation)"),
     param("FERROCCL_TOPO_DUMP", Str, "", "Write the detected topology to this path"),
     param(
         "FERROCCL_SHM_DIRECT",

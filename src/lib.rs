@@ -28,6 +28,7 @@ pub mod env;
 pub mod error;
 pub mod ffi;
 pub mod group;
+pub mod tls;
 pub mod topo;
 pub mod transport;
 pub mod types;

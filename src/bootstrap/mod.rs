@@ -10,6 +10,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::tls;
 use crate::transport::socket::{self, ConnKind, Hello, Stream};
 pub use id::UniqueId;
 
@@ -85,13 +86,31 @@ impl Bootstrap {
         let nranks = addrs.len();
         let mut b = Bootstrap { rank, nranks, magic, listener, addrs, next: None, prev: None, unexpected: Vec::new() };
         if nranks > 1 {
-            let next = (rank + 1) % nranks;
-            let mut out = socket::connect(b.addrs[next], deadline).map_err(|e| e.context("bootstrap ring"))?;
-            out.set_timeout(Some(timeout()))?;
-            out.send_hello(&Hello { magic, kind: ConnKind::Ring, rank: rank as u32, extra: 0 })?;
-            b.next = Some(out);
+            // Connect to the next rank while accepting the previous one: a TLS client
+            // handshake needs its server to take part, so if every rank connected first and
+            // accepted afterwards, the ring would wait on itself.
+            let next_addr = b.addrs[(rank + 1) % nranks];
             let prev = (rank + nranks - 1) % nranks;
-            b.prev = Some(b.accept_from(ConnKind::Ring, prev, deadline)?);
+            let (out, inc) = std::thread::scope(|scope| {
+                let connector = std::thread::Builder::new()
+                    .name("ferroccl-ring".into())
+                    .spawn_scoped(scope, move || -> Result<Stream> {
+                        let mut out = socket::connect(next_addr, deadline).map_err(|e| e.context("bootstrap ring"))?;
+                        out.set_timeout(Some(timeout()))?;
+                        out.send_hello(&Hello { magic, kind: ConnKind::Ring, rank: rank as u32, extra: 0 })?;
+                        Ok(out)
+                    })
+                    .map_err(|e| Error::system("spawn bootstrap ring thread", e));
+                let inc = b.accept_from(ConnKind::Ring, prev, deadline);
+                let out = match connector {
+                    Ok(h) => h.join().unwrap_or_else(|_| Err(Error::internal("bootstrap ring thread panicked"))),
+                    Err(e) => Err(e),
+                };
+                (out, inc)
+            });
+            // The connecting side's error explains an accept that timed out waiting for it.
+            b.next = Some(out?);
+            b.prev = Some(inc?);
         }
         Ok(b)
     }
@@ -119,6 +138,7 @@ impl Bootstrap {
                     continue;
                 }
             };
+            s.attribute(self.magic, tls::Owner::Rank(self.rank as u32), tls::Channel::Bootstrap);
             match hello.kind {
                 k if k == kind && hello.rank as usize == peer && kind != ConnKind::BootstrapP2p => return Ok(s),
                 ConnKind::BootstrapP2p if (hello.rank as usize) < self.nranks => {
@@ -184,6 +204,7 @@ impl Bootstrap {
             s.set_timeout(Some(timeout()))?;
             match s.recv_hello(self.magic) {
                 Ok(h) if h.kind == ConnKind::BootstrapP2p && (h.rank as usize) < self.nranks => {
+                    s.attribute(self.magic, tls::Owner::Rank(self.rank as u32), tls::Channel::Bootstrap);
                     let data = s.recv_msg(MAX_MESSAGE, "bootstrap message")?;
                     self.unexpected.push((h.rank as usize, h.extra, data));
                 }

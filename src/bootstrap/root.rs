@@ -83,6 +83,7 @@ fn serve(listener: &TcpListener, magic: u64) -> Result<()> {
                 continue;
             }
         };
+        stream.attribute(magic, crate::tls::Owner::Root, crate::tls::Channel::Bootstrap);
         let n = *nranks.get_or_insert(info.nranks);
         if ranks.is_empty() {
             ranks.resize_with(n as usize, || None);

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::types::ncclResult_t;
 
 pub mod coll;
+pub mod coverage;
 pub mod encryption;
 pub mod group;
 pub mod init;

@@ -40,9 +40,7 @@ pub struct Links {
 
 /// Whether shared memory may be used at all (NCCL_SHM_DISABLE, the strict encryption policy).
 pub fn shm_allowed() -> bool {
-    let strict =
-        crate::env::get_str_or_default("FERROCCL_ENCRYPTION_POLICY").is_some_and(|p| p.eq_ignore_ascii_case("strict"));
-    !crate::env::get_bool("NCCL_SHM_DISABLE") && !strict
+    !crate::env::get_bool("NCCL_SHM_DISABLE") && !crate::encryption::strict()
 }
 
 impl Links {

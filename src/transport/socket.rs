@@ -7,9 +7,11 @@
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::tls;
 
 /// What a connection is for; sent in the hello so an acceptor can route it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +28,14 @@ pub enum ConnKind {
 }
 
 impl ConnKind {
+    /// The coverage class of a connection of this kind.
+    pub fn channel(self) -> tls::Channel {
+        match self {
+            ConnKind::Root | ConnKind::Ring | ConnKind::BootstrapP2p => tls::Channel::Bootstrap,
+            ConnKind::Data => tls::Channel::NetSocket,
+        }
+    }
+
     fn from_u32(v: u32) -> Option<ConnKind> {
         match v {
             1 => Some(ConnKind::Root),
@@ -74,44 +84,153 @@ impl Hello {
     }
 }
 
-/// A connected byte stream. Plaintext TCP today; the TLS variant slots in here.
+/// Which side of a connection (the connecting side is the TLS client).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Client,
+    Server,
+}
+
+/// Longest a listener waits for one peer's TLS handshake before dropping it.
+const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
+
+enum Inner {
+    Plain(TcpStream),
+    #[cfg(feature = "openssl3")]
+    Tls(Box<crate::tls::TlsStream>),
+}
+
+/// A connected byte stream: plaintext TCP, or TLS 1.3 whenever a key is configured (then
+/// plaintext streams cannot be made at all).
 pub struct Stream {
-    tcp: TcpStream,
+    inner: Inner,
     peer: SocketAddr,
+    registration: Option<tls::Registration>,
 }
 
 impl Stream {
+    /// A plaintext stream; refused (fail closed) while a key is configured or under the
+    /// strict policy.
     pub fn from_tcp(tcp: TcpStream) -> Result<Stream> {
         crate::encryption::require_plaintext_allowed("TCP connection")?;
         let peer = tcp.peer_addr().map_err(|e| Error::system("getpeername", e))?;
         tcp.set_nodelay(true).map_err(|e| Error::system("TCP_NODELAY", e))?;
-        Ok(Stream { tcp, peer })
+        Ok(Stream { inner: Inner::Plain(tcp), peer, registration: None })
+    }
+
+    /// The stream for a new blocking connection: a TLS handshake (bounded by `deadline`) when
+    /// a key is configured, else plaintext.
+    pub fn establish(tcp: TcpStream, role: Role, deadline: Instant) -> Result<Stream> {
+        if !crate::encryption::enabled() {
+            return Stream::from_tcp(tcp);
+        }
+        let mut hs = Handshake::start(tcp, role)?;
+        let peer = hs.peer();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout(format!("TLS handshake with {peer}: no answer before the deadline")));
+            }
+            hs.set_blocking_timeout(left)?;
+            if hs.step()? {
+                return hs.finish();
+            }
+        }
     }
 
     pub fn peer(&self) -> SocketAddr {
         self.peer
     }
 
+    /// The TCP socket underneath (for options and polling; bytes go through the Stream).
     pub fn tcp(&self) -> &TcpStream {
-        &self.tcp
+        match &self.inner {
+            Inner::Plain(t) => t,
+            #[cfg(feature = "openssl3")]
+            Inner::Tls(t) => t.tcp(),
+        }
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.tcp().as_raw_fd()
+    }
+
+    /// How this connection is protected.
+    pub fn security(&self) -> tls::Security {
+        match &self.inner {
+            Inner::Plain(_) => tls::Security::Plain,
+            #[cfg(feature = "openssl3")]
+            Inner::Tls(t) => t.security(),
+        }
+    }
+
+    pub fn is_tls(&self) -> bool {
+        self.security().is_encrypted()
+    }
+
+    /// Records the connection in the coverage registry under communicator `magic` (once;
+    /// later calls are ignored).
+    pub fn attribute(&mut self, magic: u64, owner: tls::Owner, channel: tls::Channel) {
+        if self.registration.is_none() {
+            self.registration = Some(tls::register(magic, owner, channel, self.security()));
+        }
+    }
+
+    /// Input already received and decrypted in user space, which poll() on the socket would
+    /// not report.
+    pub fn pending(&self) -> bool {
+        match &self.inner {
+            Inner::Plain(_) => false,
+            #[cfg(feature = "openssl3")]
+            Inner::Tls(t) => t.pending(),
+        }
+    }
+
+    /// Data connections: coalesce TLS records into large writes, and rotate keys every
+    /// FERROCCL_TLS_REKEY_BYTES. Writers must then call [`Stream::flush_pending`].
+    pub fn configure_for_data(&mut self) {
+        #[cfg(feature = "openssl3")]
+        if let Inner::Tls(t) = &mut self.inner {
+            t.set_coalescing(true);
+            t.set_rekey_after(tls::rekey_bytes());
+        }
+    }
+
+    /// Ciphertext waits in user space for the socket.
+    pub fn unflushed(&self) -> bool {
+        match &self.inner {
+            Inner::Plain(_) => false,
+            #[cfg(feature = "openssl3")]
+            Inner::Tls(t) => t.unflushed(),
+        }
+    }
+
+    /// Pushes buffered ciphertext to the socket; WouldBlock while it is full.
+    pub fn flush_pending(&mut self) -> io::Result<()> {
+        match &mut self.inner {
+            Inner::Plain(_) => Ok(()),
+            #[cfg(feature = "openssl3")]
+            Inner::Tls(t) => t.flush_pending(),
+        }
     }
 
     pub fn set_timeout(&self, timeout: Option<Duration>) -> Result<()> {
-        self.tcp.set_read_timeout(timeout).map_err(|e| Error::system("SO_RCVTIMEO", e))?;
-        self.tcp.set_write_timeout(timeout).map_err(|e| Error::system("SO_SNDTIMEO", e))
+        self.tcp().set_read_timeout(timeout).map_err(|e| Error::system("SO_RCVTIMEO", e))?;
+        self.tcp().set_write_timeout(timeout).map_err(|e| Error::system("SO_SNDTIMEO", e))
     }
 
     pub fn set_nonblocking(&self, on: bool) -> Result<()> {
-        self.tcp.set_nonblocking(on).map_err(|e| Error::system("O_NONBLOCK", e))
+        self.tcp().set_nonblocking(on).map_err(|e| Error::system("O_NONBLOCK", e))
     }
 
     pub fn shutdown(&self) {
-        let _ = self.tcp.shutdown(Shutdown::Both);
+        let _ = self.tcp().shutdown(Shutdown::Both);
     }
 
     /// Writes all of `data`, mapping failures to errors naming `what`.
     pub fn write_all_or(&mut self, data: &[u8], what: &str) -> Result<()> {
-        self.write_all(data).map_err(|e| io_error(e, what, self.peer))
+        self.write_all(data).map_err(|e| io_error(e, what, self.peer))?;
+        self.flush().map_err(|e| io_error(e, what, self.peer))
     }
 
     /// Reads exactly `buf.len()` bytes.
@@ -145,7 +264,10 @@ impl Stream {
         Ok(data)
     }
 
+    /// Sends the hello (inside TLS when encrypted) and registers the connection as the
+    /// sender's (client side).
     pub fn send_hello(&mut self, hello: &Hello) -> Result<()> {
+        self.attribute(hello.magic, tls::Owner::Rank(hello.rank), hello.kind.channel());
         self.write_all_or(&hello.encode(), "hello")
     }
 
@@ -156,21 +278,169 @@ impl Stream {
     }
 }
 
+impl Drop for Stream {
+    fn drop(&mut self) {
+        #[cfg(feature = "openssl3")]
+        if let Inner::Tls(t) = &mut self.inner {
+            tls::note_rekeys(self.registration.as_ref().map(|r| r.magic()), t.take_rekeys());
+        }
+    }
+}
+
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.tcp.read(buf)
+        match &mut self.inner {
+            Inner::Plain(t) => t.read(buf),
+            #[cfg(feature = "openssl3")]
+            Inner::Tls(t) => t.read(buf),
+        }
+    }
+
+    /// Plaintext: one readv. TLS: fills the first non-empty buffer (records are decrypted one
+    /// at a time anyway).
+    fn read_vectored(&mut self, bufs: &mut [io::IoSliceMut<'_>]) -> io::Result<usize> {
+        match &mut self.inner {
+            Inner::Plain(t) => t.read_vectored(bufs),
+            #[cfg(feature = "openssl3")]
+            Inner::Tls(t) => match bufs.iter_mut().find(|b| !b.is_empty()) {
+                Some(b) => t.read(b),
+                None => Ok(0),
+            },
+        }
     }
 }
 
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.tcp.write(buf)
+        match &mut self.inner {
+            Inner::Plain(t) => t.write(buf),
+            #[cfg(feature = "openssl3")]
+            Inner::Tls(t) => {
+                let r = t.write(buf);
+                let n = t.take_rekeys();
+                if n > 0 {
+                    tls::note_rekeys(self.registration.as_ref().map(|r| r.magic()), n);
+                }
+                r
+            }
+        }
     }
+
+    /// Plaintext: one writev. TLS: writes the first non-empty buffer (callers that care about
+    /// record packing coalesce small pieces themselves).
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        self.tcp.write_vectored(bufs)
+        match &mut self.inner {
+            Inner::Plain(t) => t.write_vectored(bufs),
+            #[cfg(feature = "openssl3")]
+            Inner::Tls(_) => match bufs.iter().find(|b| !b.is_empty()) {
+                Some(b) => self.write(b),
+                None => Ok(0),
+            },
+        }
     }
+
     fn flush(&mut self) -> io::Result<()> {
-        self.tcp.flush()
+        match &mut self.inner {
+            Inner::Plain(t) => t.flush(),
+            #[cfg(feature = "openssl3")]
+            Inner::Tls(t) => t.flush_pending(),
+        }
+    }
+}
+
+enum HsState {
+    Plain(TcpStream),
+    #[cfg(feature = "openssl3")]
+    Tls(Box<crate::tls::MidHandshake>),
+}
+
+/// A connection on its way to becoming a [`Stream`]: the TLS handshake, step by step, on
+/// blocking or non-blocking sockets. Plaintext connections are ready at once.
+pub struct Handshake {
+    state: HsState,
+    peer: SocketAddr,
+    started: Instant,
+}
+
+impl Handshake {
+    /// Starts the handshake `role` requires under the process's setting.
+    pub fn start(tcp: TcpStream, role: Role) -> Result<Handshake> {
+        let peer = tcp.peer_addr().map_err(|e| Error::system("getpeername", e))?;
+        tcp.set_nodelay(true).map_err(|e| Error::system("TCP_NODELAY", e))?;
+        let started = Instant::now();
+        if !crate::encryption::enabled() {
+            crate::encryption::require_plaintext_allowed("TCP connection")?;
+            return Ok(Handshake { state: HsState::Plain(tcp), peer, started });
+        }
+        #[cfg(feature = "openssl3")]
+        {
+            let role = match role {
+                Role::Client => crate::tls::Role::Client,
+                Role::Server => crate::tls::Role::Server,
+            };
+            let hs = crate::tls::MidHandshake::start(tcp, role, peer)?;
+            Ok(Handshake { state: HsState::Tls(Box::new(hs)), peer, started })
+        }
+        #[cfg(not(feature = "openssl3"))]
+        {
+            let _ = role;
+            crate::encryption::require_plaintext_allowed("TCP connection")?;
+            unreachable!("a key cannot be configured without TLS support")
+        }
+    }
+
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    fn tcp(&self) -> &TcpStream {
+        match &self.state {
+            HsState::Plain(t) => t,
+            #[cfg(feature = "openssl3")]
+            HsState::Tls(h) => h.tcp(),
+        }
+    }
+
+    /// Blocking sockets: bounds each read and write of the handshake.
+    fn set_blocking_timeout(&self, t: Duration) -> Result<()> {
+        let t = Some(t.max(Duration::from_millis(1)));
+        self.tcp().set_read_timeout(t).map_err(|e| Error::system("SO_RCVTIMEO", e))?;
+        self.tcp().set_write_timeout(t).map_err(|e| Error::system("SO_SNDTIMEO", e))
+    }
+
+    /// Advances; `Ok(true)` once complete (then call [`Handshake::finish`]).
+    pub fn step(&mut self) -> Result<bool> {
+        match &mut self.state {
+            HsState::Plain(_) => Ok(true),
+            #[cfg(feature = "openssl3")]
+            HsState::Tls(h) => h.step(),
+        }
+    }
+
+    /// What the handshake waits for.
+    pub fn wait_hint(&self) -> super::WaitHint {
+        let fd = self.tcp().as_raw_fd();
+        match &self.state {
+            HsState::Plain(_) => super::WaitHint { fd, readable: false, writable: true },
+            #[cfg(feature = "openssl3")]
+            HsState::Tls(h) => super::WaitHint { fd, readable: !h.wants_write(), writable: h.wants_write() },
+        }
+    }
+
+    /// The verified stream (a TLS session that is not what we require is an error).
+    pub fn finish(self) -> Result<Stream> {
+        match self.state {
+            HsState::Plain(tcp) => Ok(Stream { inner: Inner::Plain(tcp), peer: self.peer, registration: None }),
+            #[cfg(feature = "openssl3")]
+            HsState::Tls(h) => {
+                let t = h.finish()?;
+                Ok(Stream { inner: Inner::Tls(Box::new(t)), peer: self.peer, registration: None })
+            }
+        }
     }
 }
 
@@ -182,6 +452,7 @@ pub fn io_error(e: io::Error, what: &str, peer: SocketAddr) -> Error {
         | io::ErrorKind::ConnectionAborted
         | io::ErrorKind::BrokenPipe => Error::remote(format!("{what}: connection to {peer} closed ({e})")),
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Timeout(format!("{what}: no answer from {peer}")),
+        io::ErrorKind::InvalidData => Error::remote(format!("{what}: connection to {peer} failed ({e})")),
         _ => Error::system(format!("{what} with {peer}"), e),
     }
 }
@@ -192,8 +463,19 @@ pub fn listen(ip: IpAddr, port: u16) -> Result<TcpListener> {
 }
 
 /// Connects, retrying refused connections like NCCL (NCCL_SOCKET_RETRY_CNT x
-/// NCCL_SOCKET_RETRY_SLEEP_MSEC) and never past `deadline`.
+/// NCCL_SOCKET_RETRY_SLEEP_MSEC) and never past `deadline`; then runs the TLS client
+/// handshake when encryption is on (blocking, bounded by `deadline`).
 pub fn connect(addr: SocketAddr, deadline: Instant) -> Result<Stream> {
+    let tcp = connect_tcp(addr, deadline)?;
+    Stream::establish(tcp, Role::Client, deadline)
+}
+
+/// The TCP part of [`connect`]. Fails at once (before touching the network) when the
+/// connection could only be plaintext and plaintext is not allowed.
+pub fn connect_tcp(addr: SocketAddr, deadline: Instant) -> Result<TcpStream> {
+    if !crate::encryption::enabled() {
+        crate::encryption::require_plaintext_allowed("TCP connection")?;
+    }
     let retries = crate::env::get_int("NCCL_SOCKET_RETRY_CNT").max(0) as u32;
     let sleep = Duration::from_millis(crate::env::get_int("NCCL_SOCKET_RETRY_SLEEP_MSEC").max(1) as u64);
     let mut attempt = 0u32;
@@ -203,7 +485,7 @@ pub fn connect(addr: SocketAddr, deadline: Instant) -> Result<Stream> {
             return Err(Error::Timeout(format!("connect to {addr}: bootstrap timeout")));
         }
         match TcpStream::connect_timeout(&addr, left) {
-            Ok(tcp) => return Stream::from_tcp(tcp),
+            Ok(tcp) => return Ok(tcp),
             Err(e)
                 if matches!(
                     e.kind(),
@@ -218,14 +500,24 @@ pub fn connect(addr: SocketAddr, deadline: Instant) -> Result<Stream> {
     }
 }
 
-/// Accepts one connection, giving up at `deadline`.
+/// Accepts one connection (with its TLS server handshake when encryption is on), giving up
+/// at `deadline`. A peer that fails the handshake (plaintext, garbage, another key) is
+/// logged and dropped, and accepting goes on.
 pub fn accept(listener: &TcpListener, deadline: Instant) -> Result<Stream> {
     listener.set_nonblocking(true).map_err(|e| Error::system("O_NONBLOCK", e))?;
     loop {
         match listener.accept() {
-            Ok((tcp, _)) => {
+            Ok((tcp, from)) => {
                 tcp.set_nonblocking(false).map_err(|e| Error::system("O_NONBLOCK", e))?;
-                return Stream::from_tcp(tcp);
+                if !crate::encryption::enabled() {
+                    return Stream::from_tcp(tcp);
+                }
+                let limit = deadline.min(Instant::now() + HANDSHAKE_LIMIT);
+                match Stream::establish(tcp, Role::Server, limit) {
+                    Ok(s) => return Ok(s),
+                    Err(e @ (Error::System { .. } | Error::Internal(_))) => return Err(e),
+                    Err(e) => log::warn!(target: "BOOTSTRAP", "dropped connection from {from}: {e}"),
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {
                 if Instant::now() >= deadline {

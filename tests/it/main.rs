@@ -6,3 +6,4 @@ mod common;
 mod errors;
 mod lifecycle;
 mod processes;
+mod tls;

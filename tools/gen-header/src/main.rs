@@ -4,7 +4,26 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// Prints cbindgen's errors (otherwise they would vanish silently).
+struct StderrLog;
+
+impl log::Log for StderrLog {
+    fn enabled(&self, m: &log::Metadata) -> bool {
+        m.level() <= log::Level::Error
+    }
+    fn log(&self, r: &log::Record) {
+        if self.enabled(r.metadata()) {
+            eprintln!("gen-header: {}: {}", r.level(), r.args());
+        }
+    }
+    fn flush(&self) {}
+}
+
+static LOGGER: StderrLog = StderrLog;
+
 fn main() -> ExitCode {
+    let _ = log::set_logger(&LOGGER);
+    log::set_max_level(log::LevelFilter::Error);
     let out = match std::env::args().nth(1) {
         Some(path) => PathBuf::from(path),
         None => {
