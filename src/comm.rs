@@ -185,9 +185,7 @@ impl Comm {
             "ncclCommInitRank comm {:#x} rank {rank} nranks {nranks} cudaDev {cuda_dev} commId {comm_hash:#x} - Init COMPLETE",
             &comm as *const Comm as usize
         );
-        let comm = Arc::new(comm);
-        crate::tls::Coverage::log(&comm);
-        Ok(comm)
+        Ok(Arc::new(comm))
     }
 
     /// This rank's plan for an operation shape, generated once.
@@ -275,7 +273,8 @@ impl Comm {
     }
 
     pub fn abort(&self) {
-        // Data connections are made on first use: the report at teardown is the full one.
+        // One coverage line per communicator, at teardown: data connections are made on
+        // first use, so only then is the picture complete.
         crate::tls::Coverage::log(self);
         self.state.store(CommState::Aborted as u8, Ordering::Release);
         if let Ok(mut l) = self.links.lock() {

@@ -180,8 +180,9 @@ mod encrypted {
             assert_eq!(number_after(json, "\"shm\"", "count"), 0, "{json}");
             assert!(json.contains("\"plaintext\":0,"), "{json}");
         }
+        // One line per report call and one per communicator at teardown.
         let lines: Vec<&str> = text.lines().filter(|l| l.contains("Encryption coverage:")).collect();
-        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(lines.len(), 4, "{text}");
         for l in lines {
             assert!(l.contains(&format!("NET/Socket 2 {TLS}")), "{l}");
             assert!(l.contains("SHM 0 (outside TLS boundary)"), "{l}");
