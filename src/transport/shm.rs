@@ -415,6 +415,20 @@ fn recv_with_fd(sock: &UnixStream) -> Result<([u8; HELLO_BYTES], OwnedFd)> {
     Ok((data, fd))
 }
 
+/// Counts progress calls that moved nothing while work waits, and checks every
+/// `LIVENESS_EVERY` of them that the peer is still alive.
+fn note_idle(moved: bool, waiting: bool, idle: &mut u32, sock: &UnixStream) -> Result<()> {
+    if moved {
+        *idle = 0;
+    } else if waiting {
+        *idle = idle.wrapping_add(1);
+        if *idle % LIVENESS_EVERY == 0 {
+            check_alive(sock)?;
+        }
+    }
+    Ok(())
+}
+
 /// Errors when the peer's end of the setup socket has gone (the peer process exited).
 fn check_alive(sock: &UnixStream) -> Result<()> {
     let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
@@ -517,15 +531,7 @@ impl ShmSend {
             let req = self.queue.pop_front().expect("front exists");
             self.done.push((req.id, len));
         }
-        if moved {
-            self.idle = 0;
-        } else if !self.queue.is_empty() {
-            self.idle += 1;
-            if self.idle % LIVENESS_EVERY == 0 {
-                check_alive(&self.sock)?;
-            }
-        }
-        Ok(())
+        note_idle(moved, !self.queue.is_empty(), &mut self.idle, &self.sock)
     }
 }
 
@@ -638,15 +644,7 @@ impl ShmRecv {
             let req = self.queue.pop_front().expect("front exists");
             self.done.push((req.id, len));
         }
-        if moved {
-            self.idle = 0;
-        } else if !self.queue.is_empty() {
-            self.idle += 1;
-            if self.idle % LIVENESS_EVERY == 0 {
-                check_alive(&self.sock)?;
-            }
-        }
-        Ok(())
+        note_idle(moved, !self.queue.is_empty(), &mut self.idle, &self.sock)
     }
 }
 
