@@ -261,6 +261,129 @@ ncclResult_t ncclMemAlloc(void **ptr, size_t size);
 // Frees memory from ncclMemAlloc; other pointers are rejected.
 ncclResult_t ncclMemFree(void *ptr);
 
+// Profiling alias of `ncclAllReduce`.
+ncclResult_t pncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+
+// Profiling alias of `ncclBroadcast`.
+ncclResult_t pncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+
+// Profiling alias of `ncclBcast`.
+ncclResult_t pncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+
+// Profiling alias of `ncclReduce`.
+ncclResult_t pncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
+
+// Profiling alias of `ncclAllGather`.
+ncclResult_t pncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+
+// Profiling alias of `ncclReduceScatter`.
+ncclResult_t pncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+
+// Profiling alias of `ncclAlltoAll`.
+ncclResult_t pncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+
+// Profiling alias of `ncclGather`.
+ncclResult_t pncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+
+// Profiling alias of `ncclScatter`.
+ncclResult_t pncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+
+// Profiling alias of `ncclSend`.
+ncclResult_t pncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
+
+// Profiling alias of `ncclRecv`.
+ncclResult_t pncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
+
+// Profiling alias of `ncclSetEncryption`.
+ncclResult_t pncclSetEncryption(const ncclEncryptionConfig_t *config);
+
+// Profiling alias of `ncclGroupStart`.
+ncclResult_t pncclGroupStart(void);
+
+// Profiling alias of `ncclGroupEnd`.
+ncclResult_t pncclGroupEnd(void);
+
+// Profiling alias of `ncclGroupSimulateEnd`.
+ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
+
+// Profiling alias of `ncclGetUniqueId`.
+ncclResult_t pncclGetUniqueId(ncclUniqueId *uniqueId);
+
+// Profiling alias of `ncclCommInitRankConfig`.
+ncclResult_t pncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config);
+
+// Profiling alias of `ncclCommInitRank`.
+ncclResult_t pncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
+
+// Profiling alias of `ncclCommInitAll`.
+ncclResult_t pncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist);
+
+// Profiling alias of `ncclCommInitRankScalable`.
+ncclResult_t pncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds, ncclConfig_t *config);
+
+// Profiling alias of `ncclCommFinalize`.
+ncclResult_t pncclCommFinalize(ncclComm_t comm);
+
+// Profiling alias of `ncclCommDestroy`.
+ncclResult_t pncclCommDestroy(ncclComm_t comm);
+
+// Profiling alias of `ncclCommAbort`.
+ncclResult_t pncclCommAbort(ncclComm_t comm);
+
+// Profiling alias of `ncclCommSplit`.
+ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
+
+// Profiling alias of `ncclCommShrink`.
+ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
+
+// Profiling alias of `ncclMemAlloc`.
+ncclResult_t pncclMemAlloc(void **ptr, size_t size);
+
+// Profiling alias of `ncclMemFree`.
+ncclResult_t pncclMemFree(void *ptr);
+
+// Profiling alias of `ncclGetVersion`.
+ncclResult_t pncclGetVersion(int *version);
+
+// Profiling alias of `ncclGetErrorString`.
+const char *pncclGetErrorString(ncclResult_t result);
+
+// Profiling alias of `ncclGetLastError`.
+const char *pncclGetLastError(ncclComm_t comm);
+
+// Profiling alias of `ncclResetDebugInit`.
+void pncclResetDebugInit(void);
+
+// Profiling alias of `ncclCommGetAsyncError`.
+ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
+
+// Profiling alias of `ncclCommCount`.
+ncclResult_t pncclCommCount(ncclComm_t comm, int *count);
+
+// Profiling alias of `ncclCommCuDevice`.
+ncclResult_t pncclCommCuDevice(ncclComm_t comm, int *device);
+
+// Profiling alias of `ncclCommUserRank`.
+ncclResult_t pncclCommUserRank(ncclComm_t comm, int *rank);
+
+// Profiling alias of `ncclRedOpCreatePreMulSum`.
+ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm);
+
+// Profiling alias of `ncclRedOpDestroy`.
+ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
+
+// Profiling alias of `ncclCommRegister`.
+ncclResult_t pncclCommRegister(ncclComm_t comm, void *buff, size_t size, void **handle);
+
+// Profiling alias of `ncclCommDeregister`.
+ncclResult_t pncclCommDeregister(ncclComm_t comm, void *handle);
+
+// Profiling alias of `ncclCommWindowRegister`.
+ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags);
+
+// Profiling alias of `ncclCommWindowDeregister`.
+ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
+
 // The NCCL version code this library implements (same as the header's NCCL_VERSION_CODE).
 ncclResult_t ncclGetVersion(int *version);
 

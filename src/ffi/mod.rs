@@ -21,6 +21,7 @@ pub mod encryption;
 pub mod group;
 pub mod init;
 pub mod mem;
+pub mod profiling;
 pub mod query;
 
 thread_local! {

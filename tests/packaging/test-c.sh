@@ -43,7 +43,8 @@ check "only nccl*/pnccl*/ferroccl* symbols are exported" \
   bash -c "other=\$(grep -vE '^(p?nccl|ferroccl)' '$WORK/exported' | grep -vE '^(_init|_fini|__bss_start|_edata|_end)\$'); [ -z \"\$other\" ] || { echo \"unexpected exports:\"; echo \"\$other\" | head -n 30; exit 1; }"
 n_nccl=$(grep -c '^nccl' "$WORK/exported" || true)
 n_pnccl=$(grep -c '^pnccl' "$WORK/exported" || true)
-info "profiling aliases: $n_pnccl pnccl* for $n_nccl nccl* exports (NCCL exports both)"
+check "every nccl* export has its pnccl* profiling alias ($n_pnccl for $n_nccl)" \
+  bash -c "missing=\$(comm -23 <(grep '^nccl' '$WORK/exported' | sort) <(grep '^pnccl' '$WORK/exported' | sed 's/^p//' | sort)); [ -z \"\$missing\" ] || { echo \"no alias: \$missing\"; exit 1; }"
 check "ferroccl version in nccl.h matches Cargo.toml ($FERROCCL_VERSION)" \
   bash -c "grep -q '^#define FERROCCL_VERSION_STRING \"$FERROCCL_VERSION\"' '$INC/nccl.h'"
 
