@@ -75,7 +75,23 @@ struct CommState {
 /// Runs every work of every communicator to completion.
 pub fn execute(comms: &mut [CommWork<'_>]) -> Result<()> {
     let mut states: Vec<CommState> = comms.iter().map(build_state).collect::<Result<_>>()?;
-    let mut pool: Vec<Vec<u64>> = Vec::new();
+    // Staging buffers outlive the call: allocating (and zero-filling) them per operation
+    // showed up as page faults on the socket path.
+    let mut pool = STAGING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    let result = run_to_completion(comms, &mut states, &mut pool);
+    pool.truncate(MAX_POOLED);
+    STAGING.with(|p| *p.borrow_mut() = pool);
+    result
+}
+
+/// Staging buffers kept per thread between operations.
+const MAX_POOLED: usize = 16;
+
+thread_local! {
+    static STAGING: std::cell::RefCell<Vec<Vec<u64>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn run_to_completion(comms: &mut [CommWork<'_>], states: &mut [CommState], pool: &mut Vec<Vec<u64>>) -> Result<()> {
     let connect_deadline = Instant::now() + crate::bootstrap::timeout();
     let mut idle_rounds = 0u32;
     loop {
@@ -85,7 +101,7 @@ pub fn execute(comms: &mut [CommWork<'_>]) -> Result<()> {
             if st.remaining == 0 {
                 continue;
             }
-            progressed |= progress_comm(cw, st, &mut pool, connect_deadline)?;
+            progressed |= progress_comm(cw, st, pool, connect_deadline)?;
             all_done &= st.remaining == 0;
         }
         if all_done {
@@ -103,7 +119,7 @@ pub fn execute(comms: &mut [CommWork<'_>]) -> Result<()> {
             }
             continue;
         }
-        wait_for_io(comms, &states, idle_rounds);
+        wait_for_io(comms, states, idle_rounds);
     }
 }
 
