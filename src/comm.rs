@@ -407,7 +407,13 @@ fn network() -> Result<Arc<dyn Net>> {
     static NET: OnceLock<std::result::Result<Arc<SocketNet>, String>> = OnceLock::new();
     let net = NET.get_or_init(|| {
         crate::transport::netif::pick().map_err(|e| e.to_string()).map(|iface| {
-            let net = SocketNet::new(iface);
+            // SAFETY: sched_getcpu has no preconditions.
+            let cpu = u32::try_from(unsafe { libc::sched_getcpu() }).ok();
+            let helper_cpus = crate::topo::Topology::system().socket_helper_cpus(&iface.name, cpu);
+            if let Some(cpus) = &helper_cpus {
+                log::info!(target: "NET", "NET/Socket : helper threads of {} run on cpus {cpus}", iface.name);
+            }
+            let net = SocketNet::new(iface, helper_cpus);
             log::info!(target: "NET", "NET/IB : No device found.");
             log::info!(target: "NET", "NET/Socket : Using {}", net.describe());
             Arc::new(net)

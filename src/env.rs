@@ -104,7 +104,7 @@ pub static PARAMS: &[Param] = &[
     ),
     param("NCCL_SOCKET_FAMILY", Str, "", "Address family for sockets: AF_INET or AF_INET6; unset takes either"),
     param("NCCL_HOSTID", Str, "", "Host identity used to find ranks on the same host, instead of hostname + boot id"),
-    param("NCCL_SOCKET_NTHREADS", Int, "", "Helper threads per socket connection (0 = none, data moves on the progress thread; 1-16); unset: striped TLS on hosts with 8+ cores, else 0"),
+    param("NCCL_SOCKET_NTHREADS", Int, "", "Helper threads per socket connection (0 = none, data moves on the progress thread; 1-16); unset: 2-4 striped sockets (one per 4 cores) on hosts with 8+ cores, else 0"),
     param(
         "NCCL_NSOCKS_PERTHREAD",
         Int,

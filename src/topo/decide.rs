@@ -3,6 +3,7 @@
 //!
 //! - [`Topology::locality`] / [`Topology::numa_locality`]: NCCL-style path types.
 //! - [`Topology::cpuset_near`]: where a thread serving a device or NUMA node should run.
+//! - [`Topology::socket_helper_cpus`]: where the socket transport's helper threads run.
 //! - [`Topology::nic_for`]: the network adapter for a GPU or NUMA node, by proximity
 //!   (same PCIe switch, then same NUMA node, then NUMA distance), then link speed; exact
 //!   ties spread GPUs over the tied NICs in bus order, otherwise the lowest bus id wins.
@@ -73,6 +74,23 @@ impl Topology {
             }),
         };
         local.filter(|c| !c.is_empty()).unwrap_or_else(|| self.cpuset().clone())
+    }
+
+    /// Where the socket transport's helper threads (acceptor, striped TLS senders and
+    /// receivers) should run: near the NIC behind interface `ifname` when the topology knows
+    /// it, else near the NUMA node of `creator_cpu` (the thread that made the communicator,
+    /// whose memory the helpers read and write). `None` when that is the whole machine
+    /// (binding would change nothing) or nothing is known.
+    pub fn socket_helper_cpus(&self, ifname: &str, creator_cpu: Option<u32>) -> Option<CpuSet> {
+        let near = match self.device_by_name(ifname) {
+            Some(nic) => Near::Device(nic.id),
+            None => {
+                let cpu = creator_cpu?;
+                Near::Numa(self.numa_nodes().iter().find(|n| n.cpuset.contains(cpu))?.os_index)
+            }
+        };
+        let cpus = self.cpuset_near(near);
+        (!cpus.is_empty() && cpus != *self.cpuset()).then_some(cpus)
     }
 
     /// The NIC to use for `near`, among all NICs: see [`Topology::nic_for_among`].

@@ -184,6 +184,22 @@ mod with_hwloc {
     }
 
     #[test]
+    fn socket_helpers_run_near_their_nic_or_the_creators_memory() {
+        let t = fixture("two_socket.xml");
+        // eno1 hangs off socket 0, ens45f0np0 off socket 1 (cpus 0-7 / 8-15).
+        assert_eq!(t.socket_helper_cpus("eno1", Some(12)).unwrap().to_string(), "0-7", "the NIC wins");
+        assert_eq!(t.socket_helper_cpus("ens45f0np0", Some(0)).unwrap().to_string(), "8-15");
+        // No such NIC (loopback): the creating thread's NUMA node.
+        assert_eq!(t.socket_helper_cpus("lo", Some(9)).unwrap().to_string(), "8-15");
+        assert_eq!(t.socket_helper_cpus("lo", Some(3)).unwrap().to_string(), "0-7");
+        assert_eq!(t.socket_helper_cpus("lo", None), None, "nothing known: leave the threads alone");
+        assert_eq!(t.socket_helper_cpus("lo", Some(99)), None, "a cpu outside the topology");
+        // One NUMA node covering the machine: binding would change nothing.
+        let flat = Topology::from_xml_str(NO_PCI).unwrap();
+        assert_eq!(flat.socket_helper_cpus("lo", Some(1)), None);
+    }
+
+    #[test]
     fn machine_without_pci_or_packages_still_works() {
         let t = Topology::from_xml_str(NO_PCI).unwrap();
         assert_eq!(t.source(), &Source::XmlString);

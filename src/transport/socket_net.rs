@@ -29,6 +29,7 @@ use super::socket::{
 use super::{ConnectorId, MemRegion, Net, NetHandle, NetListener, NetRecv, NetSend, RequestId, WaitHint};
 use crate::error::{Error, Result};
 use crate::tls;
+use crate::topo::CpuSet;
 
 const FRAME_MAGIC: u32 = 0x4c43_4346; // "FCCL"
 const FRAME_BYTES: usize = 16;
@@ -42,11 +43,24 @@ const MAX_PENDING_ACCEPTS: usize = 256;
 
 pub struct SocketNet {
     iface: Interface,
+    /// Where helper threads run (see [`crate::topo::Topology::socket_helper_cpus`]); `None`
+    /// leaves them wherever the OS puts them.
+    helper_cpus: Option<CpuSet>,
 }
 
 impl SocketNet {
-    pub fn new(iface: Interface) -> SocketNet {
-        SocketNet { iface }
+    pub fn new(iface: Interface, helper_cpus: Option<CpuSet>) -> SocketNet {
+        SocketNet { iface, helper_cpus }
+    }
+}
+
+/// Binds a helper thread (called first thing in it); a refusal is logged by the topology
+/// and the thread runs unbound.
+fn bind_helper(cpus: &Option<CpuSet>) {
+    if let Some(cpus) = cpus {
+        if let Err(e) = crate::topo::Topology::system().bind_current_thread(cpus) {
+            log::info!(target: "NET", "NET/Socket : helper thread left unbound: {e}");
+        }
     }
 }
 
@@ -65,7 +79,7 @@ impl Net for SocketNet {
         let addr = listener.local_addr().map_err(|e| Error::system("getsockname", e))?;
         let mut handle = vec![0u8; ADDR_BYTES];
         encode_addr(&addr, &mut handle);
-        Ok((handle, Box::new(SocketListener::spawn(listener, comm_magic)?)))
+        Ok((handle, Box::new(SocketListener::spawn(listener, comm_magic, self.helper_cpus.clone())?)))
     }
 
     fn connect(&self, handle: &[u8], me: ConnectorId) -> Result<Box<dyn NetSend>> {
@@ -73,8 +87,8 @@ impl Net for SocketNet {
         let deadline = Instant::now() + crate::bootstrap::timeout();
         let tcp = socket::connect_tcp(addr, deadline)?;
         let hello = Hello { magic: me.comm_magic, kind: ConnKind::Data, rank: me.rank, extra: me.channel };
-        if let Some(n) = helper_sockets(crate::encryption::enabled()) {
-            return Ok(Box::new(ThreadedSend::spawn(tcp, addr, deadline, hello, n)?));
+        if let Some(n) = helper_sockets() {
+            return Ok(Box::new(ThreadedSend::spawn(tcp, addr, deadline, hello, n, self.helper_cpus.clone())?));
         }
         tcp.set_nonblocking(true).map_err(|e| Error::system("O_NONBLOCK", e))?;
         let hs = Handshake::start(tcp, Role::Client)?;
@@ -138,14 +152,17 @@ struct SocketListener {
 }
 
 impl SocketListener {
-    fn spawn(listener: TcpListener, magic: u64) -> Result<SocketListener> {
+    fn spawn(listener: TcpListener, magic: u64, cpus: Option<CpuSet>) -> Result<SocketListener> {
         let (tx, rx) = mpsc::channel();
         let ready = Arc::new(EventFd::new()?);
         let stop = Arc::new(EventFd::new()?);
         let (r, s) = (ready.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name("ferroccl-accept".into())
-            .spawn(move || Acceptor { listener, magic, pending: Vec::new(), groups: HashMap::new() }.run(&tx, &r, &s))
+            .spawn(move || {
+                bind_helper(&cpus);
+                Acceptor { listener, magic, pending: Vec::new(), groups: HashMap::new(), cpus }.run(&tx, &r, &s)
+            })
             .map_err(|e| Error::system("spawn acceptor thread", e))?;
         Ok(SocketListener { accepted: rx, ready, stop, thread: Some(thread) })
     }
@@ -194,6 +211,8 @@ struct Acceptor {
     pending: Vec<Pending>,
     /// Striped connections whose sockets have not all arrived, by (rank, channel).
     groups: HashMap<(u32, u32), Group>,
+    /// Where receive helpers run.
+    cpus: Option<CpuSet>,
 }
 
 /// The sockets of a striped connection so far, and when to give up on the rest.
@@ -211,8 +230,8 @@ impl Acceptor {
     /// A finished connection once all its sockets are here.
     fn assemble(&mut self, a: Arrived) -> Result<Option<Accepted>> {
         if a.nsub == 1 {
-            let recv: Box<dyn NetRecv> = if helper_sockets(a.stream.is_tls()).is_some() {
-                Box::new(ThreadedRecv::spawn(vec![a.stream])?)
+            let recv: Box<dyn NetRecv> = if helper_sockets().is_some() {
+                Box::new(ThreadedRecv::spawn(vec![a.stream], self.cpus.clone())?)
             } else {
                 Box::new(SocketRecv { stream: a.stream, queue: VecDeque::new(), next_id: 0, done: HashMap::new() })
             };
@@ -231,7 +250,7 @@ impl Acceptor {
         }
         let (slots, _) = self.groups.remove(&key).expect("present");
         let streams: Vec<Stream> = slots.into_iter().map(|s| s.expect("all arrived")).collect();
-        Ok(Some((a.id, Box::new(ThreadedRecv::spawn(streams)?))))
+        Ok(Some((a.id, Box::new(ThreadedRecv::spawn(streams, self.cpus.clone())?))))
     }
 }
 
@@ -686,15 +705,14 @@ const MIN_PART: usize = 64 << 10;
 const MAX_STRIPES: usize = 16;
 
 /// Sockets (each with a helper thread) per data connection, or `None` for the inline path:
-/// NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD when set (0 threads: inline); unset, TLS
-/// connections on hosts with 8 or more cores get one socket per four cores (2-4), and
-/// everything else stays inline.
-fn helper_sockets(tls: bool) -> Option<usize> {
+/// NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD when set (0 threads: inline); unset, hosts
+/// with 8 or more cores get one socket per four cores (2-4), plaintext or TLS alike (so an
+/// encrypted run is compared like for like), and smaller hosts stay inline.
+fn helper_sockets() -> Option<usize> {
     let per_thread = crate::env::get_int_opt("NCCL_NSOCKS_PERTHREAD").unwrap_or(1).max(1);
     let n = match crate::env::get_int_opt("NCCL_SOCKET_NTHREADS") {
         Some(t) if t <= 0 => return None,
         Some(t) => t * per_thread,
-        None if !tls => return None,
         None => {
             // Helper threads pay off where cores are spare; on a few cores they only add a
             // thread hand-off per message.
@@ -790,6 +808,8 @@ struct Striped {
     sockets: Vec<std::net::TcpStream>,
     threads: Vec<std::thread::JoinHandle<()>>,
     peer: SocketAddr,
+    /// Where the helpers run.
+    cpus: Option<CpuSet>,
 }
 
 impl Striped {
@@ -840,9 +860,11 @@ impl Striped {
     ) -> Result<()> {
         let (tx, rx) = mpsc::channel::<MemRegion>();
         let sh = self.shared.clone();
+        let cpus = self.cpus.clone();
         let t = std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
+                bind_helper(&cpus);
                 if let Err(e) = body(&rx, &sh) {
                     sh.fail(e);
                 }
@@ -853,8 +875,9 @@ impl Striped {
         Ok(())
     }
 
-    fn empty(peer: SocketAddr, n: usize) -> Result<Striped> {
+    fn empty(peer: SocketAddr, n: usize, cpus: Option<CpuSet>) -> Result<Striped> {
         Ok(Striped {
+            cpus,
             jobs: Vec::new(),
             shared: Shared::new(n)?,
             posted: 0,
@@ -895,8 +918,9 @@ impl ThreadedSend {
         deadline: Instant,
         hello: Hello,
         n: usize,
+        cpus: Option<CpuSet>,
     ) -> Result<ThreadedSend> {
-        let mut conn = Striped::empty(peer, n)?;
+        let mut conn = Striped::empty(peer, n, cpus)?;
         let mut tcps = vec![first];
         for _ in 1..n {
             tcps.push(socket::connect_tcp(peer, deadline)?);
@@ -1002,9 +1026,9 @@ struct ThreadedRecv {
 
 impl ThreadedRecv {
     /// `streams[i]` is socket `i` of the connection (handshake and hello done).
-    fn spawn(streams: Vec<Stream>) -> Result<ThreadedRecv> {
+    fn spawn(streams: Vec<Stream>, cpus: Option<CpuSet>) -> Result<ThreadedRecv> {
         let peer = streams[0].peer();
-        let mut conn = Striped::empty(peer, streams.len())?;
+        let mut conn = Striped::empty(peer, streams.len(), cpus)?;
         for (sub, stream) in streams.into_iter().enumerate() {
             stream.set_nonblocking(false)?;
             stream.set_timeout(None)?;

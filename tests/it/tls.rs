@@ -546,7 +546,7 @@ fn child_plain_data() {
     use ferroccl::transport::{netif, ConnectorId, MemRegion, Net};
 
     ferroccl::encryption::freeze();
-    let net = SocketNet::new(netif::pick().unwrap());
+    let net = SocketNet::new(netif::pick().unwrap(), None);
     let magic = 0x5eed_0000_1234_5678u64;
     let (handle, mut listener) = net.listen(magic).unwrap();
     let addr = decode_addr(&handle).unwrap();
