@@ -102,10 +102,18 @@ pub struct Comm {
     registrations: Mutex<HashMap<usize, (usize, usize)>>,
     next_registration: AtomicUsize,
     /// Plans by operation shape: repeated calls (the common case) skip plan generation.
-    plans: Mutex<HashMap<PlanKey, Arc<Plan>>>,
+    plans: Mutex<PlanCache>,
 }
 
 type PlanKey = (CollKind, usize, usize, bool, usize, bool, bool, Algorithm, usize);
+
+/// Plans by shape, with the last one used in front: a loop repeating one call (the common
+/// case) compares a key instead of hashing it.
+#[derive(Default)]
+struct PlanCache {
+    last: Option<(PlanKey, Arc<Plan>)>,
+    all: HashMap<PlanKey, Arc<Plan>>,
+}
 
 /// Plans kept per communicator before the cache starts over.
 const PLAN_CACHE_ENTRIES: usize = 512;
@@ -177,7 +185,7 @@ impl Comm {
             next_redop: AtomicI32::new(NCCL_NUM_OPS),
             registrations: Mutex::new(HashMap::new()),
             next_registration: AtomicUsize::new(1),
-            plans: Mutex::new(HashMap::new()),
+            plans: Mutex::new(PlanCache::default()),
         };
         log::info!(target: "INIT", "Using network {}", net.name());
         log::info!(
@@ -201,15 +209,25 @@ impl Comm {
             algorithm,
             chunk_bytes,
         );
-        if let Some(p) = self.plans.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-            return Ok(p.clone());
+        {
+            let mut cache = self.plans.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((k, p)) = &cache.last {
+                if *k == key {
+                    return Ok(p.clone());
+                }
+            }
+            if let Some(p) = cache.all.get(&key).cloned() {
+                cache.last = Some((key, p.clone()));
+                return Ok(p);
+            }
         }
         let plan = Arc::new(crate::coll::algo::plan_with(args, self.rank, self.nranks, algorithm, chunk_bytes)?);
         let mut cache = self.plans.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() >= PLAN_CACHE_ENTRIES {
-            cache.clear();
+        if cache.all.len() >= PLAN_CACHE_ENTRIES {
+            cache.all.clear();
         }
-        cache.insert(key, plan.clone());
+        cache.all.insert(key, plan.clone());
+        cache.last = Some((key, plan.clone()));
         Ok(plan)
     }
 

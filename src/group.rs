@@ -78,7 +78,13 @@ pub fn enqueue(comm: Arc<Comm>, req: OpRequest) -> Result<()> {
         }
     });
     match queued {
-        Some(op) => run_ops(vec![op]),
+        Some((comm, req)) => {
+            let result = coll::run_one(&comm, &req);
+            if let Err(e) = &result {
+                comm.set_async_error(e);
+            }
+            result
+        }
         None => Ok(()),
     }
 }

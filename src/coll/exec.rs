@@ -49,6 +49,7 @@ pub struct CommWork<'a> {
 
 type StepRef = (usize, usize); // (work index, step index)
 
+#[derive(Default)]
 struct WorkState {
     done: Vec<bool>,
     remaining: usize,
@@ -62,7 +63,9 @@ struct PostedRecv {
     staging: Option<Vec<u64>>,
 }
 
+#[derive(Default)]
 struct CommState {
+    /// One entry per work of the current operation (entries beyond `works` are spares).
     work_state: Vec<WorkState>,
     send_queues: Vec<VecDeque<StepRef>>,
     recv_queues: Vec<VecDeque<StepRef>>,
@@ -74,21 +77,61 @@ struct CommState {
 
 /// Runs every work of every communicator to completion.
 pub fn execute(comms: &mut [CommWork<'_>]) -> Result<()> {
-    let mut states: Vec<CommState> = comms.iter().map(build_state).collect::<Result<_>>()?;
-    // Staging buffers outlive the call: allocating (and zero-filling) them per operation
-    // showed up as page faults on the socket path.
-    let mut pool = STAGING.with(|p| std::mem::take(&mut *p.borrow_mut()));
-    let result = run_to_completion(comms, &mut states, &mut pool);
-    pool.truncate(MAX_POOLED);
-    STAGING.with(|p| *p.borrow_mut() = pool);
+    // Bookkeeping and staging buffers outlive the call, per thread: allocating them per
+    // operation was most of a small operation's cost, and zero-filling fresh staging showed
+    // up as page faults on the socket path.
+    let mut kept = KEPT.with(|k| std::mem::take(&mut *k.borrow_mut()));
+    if kept.states.len() < comms.len() {
+        kept.states.resize_with(comms.len(), CommState::default);
+    }
+    let states = &mut kept.states[..comms.len()];
+    let mut result = Ok(());
+    for (cw, st) in comms.iter().zip(states.iter_mut()) {
+        result = reset_state(st, cw);
+        if result.is_err() {
+            break;
+        }
+    }
+    if result.is_ok() {
+        result = run_to_completion(comms, states, &mut kept.staging);
+    }
+    kept.trim();
+    KEPT.with(|k| *k.borrow_mut() = kept);
     result
 }
 
 /// Staging buffers kept per thread between operations.
 const MAX_POOLED: usize = 16;
+/// Larger scratch or staging buffers are freed after the operation rather than kept.
+const MAX_KEPT_BYTES: usize = 8 << 20;
+
+/// What one thread keeps between operations.
+#[derive(Default)]
+struct Kept {
+    states: Vec<CommState>,
+    staging: Vec<Vec<u64>>,
+}
+
+impl Kept {
+    /// Forgets the last operation (its steps, queues and buffers' addresses) and frees
+    /// what is too large to keep.
+    fn trim(&mut self) {
+        self.staging.truncate(MAX_POOLED);
+        self.staging.retain(|b| b.len() * 8 <= MAX_KEPT_BYTES);
+        self.states.truncate(4);
+        for st in &mut self.states {
+            st.clear();
+            for ws in &mut st.work_state {
+                if ws.scratch.capacity() * 8 > MAX_KEPT_BYTES {
+                    ws.scratch = Vec::new();
+                }
+            }
+        }
+    }
+}
 
 thread_local! {
-    static STAGING: std::cell::RefCell<Vec<Vec<u64>>> = const { std::cell::RefCell::new(Vec::new()) };
+    static KEPT: std::cell::RefCell<Kept> = std::cell::RefCell::new(Kept::default());
 }
 
 fn run_to_completion(comms: &mut [CommWork<'_>], states: &mut [CommState], pool: &mut Vec<Vec<u64>>) -> Result<()> {
@@ -123,24 +166,37 @@ fn run_to_completion(comms: &mut [CommWork<'_>], states: &mut [CommState], pool:
     }
 }
 
-fn build_state(cw: &CommWork<'_>) -> Result<CommState> {
+impl CommState {
+    /// Empties the queues, keeping their capacity.
+    fn clear(&mut self) {
+        self.send_queues.iter_mut().for_each(VecDeque::clear);
+        self.recv_queues.iter_mut().for_each(VecDeque::clear);
+        self.posted_sends.clear();
+        for p in self.posted_recvs.drain(..) {
+            drop(p.staging);
+        }
+        self.locals.clear();
+        self.remaining = 0;
+    }
+}
+
+/// Makes `st` the state of `cw`'s works, reusing its allocations.
+fn reset_state(st: &mut CommState, cw: &CommWork<'_>) -> Result<()> {
     let nranks = cw.links_nranks();
-    let mut st = CommState {
-        work_state: Vec::with_capacity(cw.works.len()),
-        send_queues: vec![VecDeque::new(); nranks],
-        recv_queues: vec![VecDeque::new(); nranks],
-        posted_sends: Vec::new(),
-        posted_recvs: Vec::new(),
-        locals: Vec::new(),
-        remaining: 0,
-    };
+    st.clear();
+    st.send_queues.resize_with(nranks, VecDeque::new);
+    st.recv_queues.resize_with(nranks, VecDeque::new);
+    if st.work_state.len() < cw.works.len() {
+        st.work_state.resize_with(cw.works.len(), WorkState::default);
+    }
     for (w, work) in cw.works.iter().enumerate() {
         let n = work.plan.steps.len();
-        st.work_state.push(WorkState {
-            done: vec![false; n],
-            remaining: n,
-            scratch: vec![0u64; work.plan.scratch_bytes.div_ceil(8)],
-        });
+        let ws = &mut st.work_state[w];
+        ws.done.clear();
+        ws.done.resize(n, false);
+        ws.remaining = n;
+        ws.scratch.clear();
+        ws.scratch.resize(work.plan.scratch_bytes.div_ceil(8), 0);
         st.remaining += n;
         for (s, planned) in work.plan.steps.iter().enumerate() {
             check_slices(work, &planned.step)?;
@@ -154,7 +210,7 @@ fn build_state(cw: &CommWork<'_>) -> Result<CommState> {
             }
         }
     }
-    Ok(st)
+    Ok(())
 }
 
 impl CommWork<'_> {
@@ -224,7 +280,7 @@ fn mark_done(st: &mut CommState, (w, s): StepRef) {
     st.remaining -= 1;
 }
 
-/// Address of a slice (bounds were checked in `build_state`).
+/// Address of a slice (bounds were checked in `reset_state`).
 fn addr(work: &Work, ws: &mut WorkState, s: &Slice) -> *mut u8 {
     let base = match s.buf {
         BufId::Send => work.bufs.send as *mut u8,
@@ -335,7 +391,7 @@ fn progress_comm(
                 RecvAction::Copy => Some(RecvOp::Copy),
                 _ if !conn.reduces_on_arrival() => None,
                 RecvAction::Accumulate => {
-                    Some(RecvOp::Accumulate { reduction: cw.works[w].reduction.expect("checked in build_state") })
+                    Some(RecvOp::Accumulate { reduction: cw.works[w].reduction.expect("checked in reset_state") })
                 }
                 RecvAction::Combine { local } => {
                     let local_ptr = addr(&cw.works[w], &mut st.work_state[w], &local);
@@ -344,7 +400,7 @@ fn progress_comm(
                     }
                     // SAFETY: a checked slice of a live buffer, read-only for the receive's life.
                     let local = unsafe { MemRegion::new(local_ptr, local.len) };
-                    Some(RecvOp::Combine { local, reduction: cw.works[w].reduction.expect("checked in build_state") })
+                    Some(RecvOp::Combine { local, reduction: cw.works[w].reduction.expect("checked in reset_state") })
                 }
             };
             let (posted, staging) = match on_arrival {
@@ -431,13 +487,13 @@ fn apply_recv(work: &Work, ws: &mut WorkState, dst: &Slice, action: &RecvAction,
             Ok(())
         }
         RecvAction::Accumulate => {
-            let red = work.reduction.as_ref().expect("checked in build_state");
+            let red = work.reduction.as_ref().expect("checked in reset_state");
             // SAFETY: dst is a checked slice no other step touches while this one runs.
             let dst_bytes = unsafe { std::slice::from_raw_parts_mut(dst_ptr, dst.len) };
             red.accumulate(dst_bytes, incoming)
         }
         RecvAction::Combine { local } => {
-            let red = work.reduction.as_ref().expect("checked in build_state");
+            let red = work.reduction.as_ref().expect("checked in reset_state");
             let local_ptr = addr(work, ws, local) as *const u8;
             if local.len != dst.len {
                 return Err(Error::internal("combine with slices of different lengths"));
@@ -477,7 +533,7 @@ fn run_local(work: &Work, ws: &mut WorkState, op: &LocalOp) -> Result<()> {
             Ok(())
         }
         LocalOp::Prepare { src, dst } => {
-            let red = work.reduction.as_ref().expect("checked in build_state");
+            let red = work.reduction.as_ref().expect("checked in reset_state");
             let s = addr(work, ws, src) as *const u8;
             let d = addr(work, ws, dst);
             // SAFETY: dst is a checked slice no other step touches while this one runs.
@@ -492,7 +548,7 @@ fn run_local(work: &Work, ws: &mut WorkState, op: &LocalOp) -> Result<()> {
             }
         }
         LocalOp::Finalize { buf } => {
-            let red = work.reduction.as_ref().expect("checked in build_state");
+            let red = work.reduction.as_ref().expect("checked in reset_state");
             let p = addr(work, ws, buf);
             // SAFETY: a checked slice no other step touches while this one runs.
             red.finalize(unsafe { std::slice::from_raw_parts_mut(p, buf.len) })

@@ -126,15 +126,24 @@ pub fn run(by_comm: &[(Arc<Comm>, Vec<OpRequest>)]) -> Result<()> {
     }
     let mut comm_works = Vec::with_capacity(by_comm.len());
     for ((comm, reqs), links) in by_comm.iter().zip(guards.iter_mut()) {
-        let mut works = reqs.iter().map(|r| prepare(comm, r, &tuning)).collect::<Result<Vec<_>>>()?;
+        let mut works = reqs.iter().map(|r| prepare(comm, r, tuning)).collect::<Result<Vec<_>>>()?;
         isolate_cross_op_inputs(&mut works);
         comm_works.push(CommWork { rank: comm.rank, links, works });
     }
     exec::execute(&mut comm_works)
 }
 
+/// Runs one operation outside a group: the same as [`run`] without its per-group
+/// bookkeeping, which is a visible part of a small operation's cost.
+pub fn run_one(comm: &Arc<Comm>, req: &OpRequest) -> Result<()> {
+    let tuning = tuning()?;
+    let mut links = comm.links()?;
+    let works = vec![prepare(comm, req, tuning)?];
+    exec::execute(&mut [CommWork { rank: comm.rank, links: &mut links, works }])
+}
+
 /// Turns a request into a plan over its buffers.
-fn prepare(comm: &Comm, req: &OpRequest, tuning: &algo::Tuning) -> Result<Work> {
+fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Result<Work> {
     let (rank, n) = (comm.rank, comm.nranks);
     let (send_len, recv_len) = buffer_lengths(req, rank, n)?;
     let es = req.dtype.size();
@@ -193,7 +202,7 @@ fn prepare(comm: &Comm, req: &OpRequest, tuning: &algo::Tuning) -> Result<Work> 
 
 /// Algorithm tuning from the environment (NCCL_ALGO, FERROCCL_CHUNK_SIZE,
 /// FERROCCL_TREE_THRESHOLD), parsed once.
-fn tuning() -> Result<algo::Tuning> {
+fn tuning() -> Result<&'static algo::Tuning> {
     static TUNING: std::sync::OnceLock<std::result::Result<algo::Tuning, String>> = std::sync::OnceLock::new();
     let t = TUNING.get_or_init(|| {
         let selection = match crate::env::get_str("NCCL_ALGO") {
@@ -206,7 +215,7 @@ fn tuning() -> Result<algo::Tuning> {
             selection,
         })
     });
-    t.clone().map_err(Error::invalid_usage)
+    t.as_ref().map_err(|e| Error::invalid_usage(e.clone()))
 }
 
 /// Operations of one group run concurrently, so one operation's input must not be another's
