@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ferroccl's whole test suite (the README's test command; .ci/run calls it):
 #   cargo fmt --check; cargo clippy -D warnings (default features, openssl3, openssl3+mpi);
-#   make check-header; cargo test --release --features openssl3,mpi; make test-packaging;
-#   make test-mpi.
+#   make check-header; cargo test --release --features openssl3,mpi; the benchmark's tests
+#   (cargo test --release -p ferroccl-bench --features tls: the encryption canary end to end);
+#   make test-packaging; make test-mpi.
 # Every step runs even when an earlier one failed; a summary table comes last, and the exit
 # status is non-zero when any step failed.
 #   FERROCCL_STEPS="fmt clippy ..." runs a subset (names as in the summary).
@@ -18,7 +19,7 @@ if [ "$(id -u)" = 0 ]; then
 fi
 export OMPI_MCA_rmaps_base_oversubscribe=${OMPI_MCA_rmaps_base_oversubscribe:-1}
 
-steps=${FERROCCL_STEPS:-fmt clippy clippy-openssl3 clippy-all check-header cargo-test test-packaging test-mpi}
+steps=${FERROCCL_STEPS:-fmt clippy clippy-openssl3 clippy-all check-header cargo-test bench-test test-packaging test-mpi}
 names=()
 results=()
 times=()
@@ -41,9 +42,10 @@ run_step() { # name cmd...
 run_step fmt             "$CARGO" fmt --all -- --check --color never
 run_step clippy          "$CARGO" clippy --workspace --all-targets -- -D warnings
 run_step clippy-openssl3 "$CARGO" clippy --all-targets --features openssl3 -- -D warnings
-run_step clippy-all      "$CARGO" clippy --all-targets --features openssl3,mpi -- -D warnings
+run_step clippy-all      "$CARGO" clippy --workspace --all-targets --features openssl3,mpi,ferroccl-bench/tls -- -D warnings
 run_step check-header    "$MAKE" --no-print-directory check-header
 run_step cargo-test      "$CARGO" test --release --features openssl3,mpi
+run_step bench-test      "$CARGO" test --release -p ferroccl-bench --features tls
 run_step test-packaging  "$MAKE" --no-print-directory test-packaging
 run_step test-mpi        "$MAKE" --no-print-directory test-mpi
 

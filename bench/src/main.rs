@@ -4,12 +4,19 @@
 //! Ranks are threads of this process (`-t N`), or processes under `mpirun` (the unique id goes
 //! from rank 0 by MPI_Bcast, as in nccl-tests), optionally with `-t` threads per process
 //! (rank = process * nthreads + thread).
+//!
+//! `--psk-env VAR` encrypts the run (ncclSetEncryption); `--canary` runs it plaintext, then
+//! encrypted, and compares the two (see canary.rs).
 
+mod canary;
 mod check;
 mod coll;
 mod dtype;
 mod fmt;
 mod json;
+mod procs;
+mod psk;
+mod relay;
 mod world;
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
@@ -28,10 +35,13 @@ use ferroccl::types::{
     ncclComm_t, ncclRedOp_t, ncclResult_t, ncclScalarResidence_t, ncclUniqueId, NCCL_UNIQUE_ID_BYTES,
 };
 
+use canary::Phase;
 use check::Check;
 use coll::{Coll, Counts};
 use dtype::{premul_scalar, Dtype, Op};
 use json::Json;
+use procs::{MpiSession, Procs};
+use psk::Psk;
 use world::{Combine, World};
 
 const NCCL_TESTS_FORMAT: &str = "2.19.6";
@@ -131,6 +141,28 @@ struct Args {
     /// How communicators are created.
     #[arg(long = "init", value_enum, default_value = "group")]
     init: InitMode,
+    /// Encryption canary: run the benchmark plaintext, then encrypted (each phase in its own
+    /// process(es), same ranks and flags), print busbw and p99 latency of both and the busbw
+    /// loss; exit 1 when the loss exceeds --max-loss. The largest size decides (the worst row of
+    /// that size). Needs a build with --features tls.
+    #[arg(long = "canary")]
+    canary: bool,
+    /// Largest busbw loss --canary accepts, in percent of the plaintext busbw.
+    #[arg(long = "max-loss", value_name = "PERCENT", default_value_t = canary::DEFAULT_MAX_LOSS, requires = "canary")]
+    max_loss: f64,
+    /// Encrypt with the pre-shared key (at least 32 bytes) in environment variable VAR
+    /// (ncclSetEncryption). With --canary: the encrypted phase's key (default: a random one).
+    #[arg(long = "psk-env", value_name = "VAR")]
+    psk_env: Option<String>,
+    /// Internal: run one phase of --canary.
+    #[arg(long = "canary-phase", value_enum, hide = true, requires = "canary_out")]
+    canary_phase: Option<Phase>,
+    /// Internal: where a --canary phase writes its results (JSON).
+    #[arg(long = "canary-out", hide = true)]
+    canary_out: Option<PathBuf>,
+    /// Internal: the socket of a --canary phase's parent, which makes its MPI calls.
+    #[arg(long = "canary-relay", hide = true, requires = "canary_phase")]
+    canary_relay: Option<PathBuf>,
 }
 
 /// nccl-tests' `parsesize`: a number with an optional K, M or G (powers of 1024).
@@ -178,6 +210,8 @@ struct Plan {
     combine: Combine,
     unalign: usize,
     hostname: String,
+    /// Record every timed iteration (for --canary's p99 latency).
+    record_latency: bool,
 }
 
 /// What one rank reports at the end.
@@ -287,7 +321,21 @@ fn launched_by_mpi() -> bool {
 
 fn main() {
     let args = Args::parse();
-    let code = match real_main(args) {
+    // The canary's parent only starts its phases: it never makes a communicator itself.
+    if args.canary && args.canary_phase.is_none() {
+        std::process::exit(canary::run(&canary::CanaryConfig {
+            max_loss: args.max_loss,
+            psk_env: args.psk_env.as_deref(),
+            output_file: args.output_file.as_deref(),
+            run_cycles: args.run_cycles,
+            maxbytes: args.maxbytes,
+            under_mpi: wants_mpi(args.mpi),
+        }));
+    }
+    if args.canary_phase.is_some() {
+        canary::die_with_parent();
+    }
+    let code = match configure_encryption(&args).and_then(|()| real_main(args)) {
         Ok(code) => code,
         Err(msg) => {
             eprintln!("ferroccl-bench: {msg}");
@@ -297,49 +345,48 @@ fn main() {
     std::process::exit(code);
 }
 
-fn real_main(args: Args) -> Result<i32, String> {
-    let use_mpi = match args.mpi {
+fn wants_mpi(mode: MpiMode) -> bool {
+    match mode {
         MpiMode::On => true,
         MpiMode::Off => false,
         MpiMode::Auto => launched_by_mpi(),
-    };
-    if use_mpi && !cfg!(feature = "mpi") {
-        return Err("this build has no MPI support (build with --features mpi)".into());
     }
+}
 
-    #[cfg(feature = "mpi")]
-    let universe = if use_mpi {
-        let (u, _level) =
-            mpi::initialize_with_threading(mpi::Threading::Funneled).ok_or("MPI is already initialised".to_string())?;
-        Some(u)
-    } else {
-        None
+/// The key of this run, if it is encrypted: --psk-env's, or the canary parent's for its
+/// encrypted phase.
+fn run_psk(args: &Args) -> Result<Option<Psk>, String> {
+    match args.canary_phase {
+        Some(phase) => canary::phase_psk(phase),
+        None => args.psk_env.as_deref().map(Psk::from_env).transpose(),
+    }
+}
+
+/// ncclSetEncryption comes before anything else in the library: the first unique id or
+/// communicator freezes the setting.
+fn configure_encryption(args: &Args) -> Result<(), String> {
+    match run_psk(args)? {
+        Some(key) => psk::enable(&key),
+        None => Ok(()),
+    }
+}
+
+fn encrypted_run(args: &Args) -> bool {
+    args.canary_phase.map_or(args.psk_env.is_some(), |p| p == Phase::Encrypted)
+}
+
+fn real_main(args: Args) -> Result<i32, String> {
+    // A canary phase is never an MPI process itself: under mpirun its parent relays for it.
+    let use_mpi = args.canary_phase.is_none() && wants_mpi(args.mpi);
+    let session = MpiSession::start(use_mpi)?;
+    let procs = match &args.canary_relay {
+        Some(socket) => Procs::Relay(relay::Client::connect(socket)?),
+        None => session.procs(),
     };
+    // Declared after the session, so dropped before it: MPI_Finalize comes last.
+    let world = World::new(args.nthreads.max(1), procs);
 
-    let (nprocs, proc_) = {
-        #[cfg(feature = "mpi")]
-        {
-            use mpi::traits::*;
-            match &universe {
-                Some(u) => (u.world().size() as usize, u.world().rank() as usize),
-                None => (1, 0),
-            }
-        }
-        #[cfg(not(feature = "mpi"))]
-        {
-            (1usize, 0usize)
-        }
-    };
-
-    let world = World::new(
-        nprocs,
-        proc_,
-        args.nthreads.max(1),
-        #[cfg(feature = "mpi")]
-        universe.as_ref().map(|u| world::Mpi { comm: u.world() }),
-    );
-
-    let code = run(&args, &world, use_mpi);
+    let code = run(&args, &world, use_mpi || args.canary_relay.is_some());
     // Under MPI a usage error on one process must not leave the others waiting.
     let code = match code {
         Ok(c) => c,
@@ -351,8 +398,6 @@ fn real_main(args: Args) -> Result<i32, String> {
             2
         }
     };
-    #[cfg(feature = "mpi")]
-    drop(universe); // MPI_Finalize
     Ok(code)
 }
 
@@ -411,10 +456,12 @@ fn build_plan(args: &Args, nranks: usize) -> Result<Plan, String> {
         combine: Combine::from_average(args.average),
         unalign: args.unalign,
         hostname: hostname(),
+        record_latency: args.canary_phase.is_some(),
     })
 }
 
-fn run(args: &Args, world: &World, use_mpi: bool) -> Result<i32, String> {
+/// `multi_process`: ranks are processes under mpirun (possibly as canary phases).
+fn run(args: &Args, world: &World, multi_process: bool) -> Result<i32, String> {
     let nranks = world.nranks();
     let plan = build_plan(args, nranks)?;
     let init = if args.parallel_init != 0 { InitMode::Threads } else { args.init };
@@ -445,13 +492,16 @@ fn run(args: &Args, world: &World, use_mpi: bool) -> Result<i32, String> {
         }
         println!(
             "# Mode: {} ({} process{} x {} thread{}, {} ranks), host memory",
-            if use_mpi { "mpi" } else { "threads" },
+            if multi_process { "mpi" } else { "threads" },
             world.nprocs,
             if world.nprocs == 1 { "" } else { "es" },
             world.nthreads,
             if world.nthreads == 1 { "" } else { "s" },
             nranks
         );
+        if encrypted_run(args) {
+            println!("# Encryption: TLS 1.3 with a pre-shared key (ncclSetEncryption)");
+        }
         println!("#");
         println!("# Using devices");
     }
@@ -555,11 +605,20 @@ fn run(args: &Args, world: &World, use_mpi: bool) -> Result<i32, String> {
         out
     });
 
+    // The reports must be taken before ncclCommDestroy closes the connections they describe.
+    let local_reports: Result<Vec<String>, String> = match args.canary_phase {
+        Some(_) => outcomes.iter().map(|(_, c)| canary::encryption_report(c.0)).collect(),
+        None => Ok(Vec::new()),
+    };
     let mut errors_local = 0u64;
     for (o, c) in &outcomes {
         errors_local += o.errors;
         nccl_check(&host, "ncclCommDestroy", ncclCommDestroy(c.0));
     }
+    let reports = match args.canary_phase {
+        Some(_) => canary::gather_reports(world, &local_reports?)?,
+        None => Vec::new(),
+    };
     let errors = world.sum_procs(errors_local as f64) as u64;
     let main_outcome = &outcomes[0].0;
     let avg_bw = if main_outcome.bw_count > 0 { main_outcome.bw_sum / main_outcome.bw_count as f64 } else { 0.0 };
@@ -571,8 +630,8 @@ fn run(args: &Args, world: &World, use_mpi: bool) -> Result<i32, String> {
         println!("# Collective test concluded: ferroccl-bench {}", plan.coll.name());
         let _ = std::io::stdout().flush();
 
-        if let Some(path) = &args.output_file {
-            let doc = Json::obj(vec![
+        if let Some(path) = args.canary_out.as_ref().or(args.output_file.as_ref()) {
+            let mut fields = vec![
                 ("program", Json::str("ferroccl-bench")),
                 ("version", Json::str(env!("CARGO_PKG_VERSION"))),
                 ("nccl_tests_format", Json::str(NCCL_TESTS_FORMAT)),
@@ -580,7 +639,8 @@ fn run(args: &Args, world: &World, use_mpi: bool) -> Result<i32, String> {
                 ("command_line", Json::str(std::env::args().collect::<Vec<_>>().join(" "))),
                 ("hostname", Json::str(host.clone())),
                 ("date", Json::str(now_string())),
-                ("mode", Json::str(if use_mpi { "mpi" } else { "threads" })),
+                ("mode", Json::str(if multi_process { "mpi" } else { "threads" })),
+                ("encryption", Json::str(if encrypted_run(args) { "psk" } else { "none" })),
                 ("collective", Json::str(plan.coll.name())),
                 ("nprocs", Json::Int(world.nprocs as i64)),
                 ("nthreads", Json::Int(world.nthreads as i64)),
@@ -607,10 +667,18 @@ fn run(args: &Args, world: &World, use_mpi: bool) -> Result<i32, String> {
                     Json::obj(vec![("count", Json::Int(errors as i64)), ("okay", Json::Bool(errors == 0))]),
                 ),
                 ("average_bus_bandwidth", Json::Num(avg_bw)),
-            ]);
-            match std::fs::write(path, doc.render()) {
-                Ok(()) => println!("# Wrote JSON output to {}", path.display()),
-                Err(e) => eprintln!("ferroccl-bench: cannot write {}: {e}", path.display()),
+            ];
+            if let Some(phase) = args.canary_phase {
+                // The canary parent reads this file instead of the user's -J.
+                fields.push(("canary_phase", Json::str(phase.name())));
+                fields.push(("encryption_reports", Json::Arr(reports)));
+                std::fs::write(path, Json::obj(fields).render())
+                    .map_err(|e| format!("cannot write the canary phase's results to {}: {e}", path.display()))?;
+            } else {
+                match std::fs::write(path, Json::obj(fields).render()) {
+                    Ok(()) => println!("# Wrote JSON output to {}", path.display()),
+                    Err(e) => eprintln!("ferroccl-bench: cannot write {}: {e}", path.display()),
+                }
             }
         }
     }
@@ -666,6 +734,8 @@ struct Measure {
     algbw: f64,
     busbw: f64,
     wrong: Option<u64>,
+    /// Each timed iteration's time on the slowest rank (empty unless recorded).
+    latencies_us: Vec<f64>,
 }
 
 impl Measure {
@@ -683,12 +753,16 @@ impl Measure {
         )
     }
     fn json(&self) -> Json {
-        Json::obj(vec![
+        let mut fields = vec![
             ("time_us", Json::Num(self.time_us)),
             ("algbw", Json::Num(self.algbw)),
             ("busbw", Json::Num(self.busbw)),
             ("wrong", self.wrong.map_or(Json::Null, |w| Json::Int(w as i64))),
-        ])
+        ];
+        if !self.latencies_us.is_empty() {
+            fields.push(("latencies_us", Json::Arr(self.latencies_us.iter().map(|&us| Json::Num(us)).collect())));
+        }
+        Json::obj(fields)
     }
 }
 
@@ -855,8 +929,10 @@ impl Rank<'_> {
         self.start_coll(dt, op, root, counts, in_place);
         self.world.barrier(self.thread);
 
+        let mut iteration_us = Vec::with_capacity(if plan.record_latency { plan.iters as usize } else { 0 });
         let t0 = Instant::now();
         for _ in 0..plan.iters {
+            let iteration_start = plan.record_latency.then(Instant::now);
             if plan.agg > 1 {
                 self.fail("ncclGroupStart", ncclGroupStart());
             }
@@ -866,10 +942,14 @@ impl Rank<'_> {
             if plan.agg > 1 {
                 self.fail("ncclGroupEnd", ncclGroupEnd());
             }
+            if let Some(start) = iteration_start {
+                iteration_us.push(start.elapsed().as_secs_f64() * 1e6);
+            }
         }
         let sec = t0.elapsed().as_secs_f64() / (plan.iters as f64 * plan.agg as f64);
         let sec = self.world.allreduce(self.thread, sec, plan.combine);
         let (algbw, busbw) = plan.coll.bandwidth(counts.param, dt.size(), sec, self.nranks);
+        let latencies_us = self.slowest_rank_each(&iteration_us);
         self.world.barrier(self.thread);
 
         let mut wrong = 0u64;
@@ -889,7 +969,12 @@ impl Rank<'_> {
         }
         self.out.bw_sum += busbw;
         self.out.bw_count += 1;
-        Measure { time_us: sec * 1e6, algbw, busbw, wrong: (plan.check > 0).then_some(wrong) }
+        Measure { time_us: sec * 1e6, algbw, busbw, wrong: (plan.check > 0).then_some(wrong), latencies_us }
+    }
+
+    /// Element-wise maximum over ranks: an iteration lasts as long as its slowest rank.
+    fn slowest_rank_each(&self, local: &[f64]) -> Vec<f64> {
+        local.iter().map(|&v| self.world.allreduce(self.thread, v, Combine::Max)).collect()
     }
 
     fn sizes(&self) -> Vec<usize> {

@@ -106,6 +106,12 @@ impl Links {
         self.send.len()
     }
 
+    /// Ranks of this communicator on this host that share memory with this one (itself
+    /// included): how many processes or threads poll for it here.
+    pub fn local_ranks(&self) -> usize {
+        1 + self.routes.iter().filter(|r| **r == Route::Shm).count()
+    }
+
     pub fn route(&self, peer: usize) -> Route {
         self.routes[peer]
     }
