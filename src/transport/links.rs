@@ -106,10 +106,10 @@ impl Links {
         self.send.len()
     }
 
-    /// Ranks of this communicator on this host that share memory with this one (itself
-    /// included): how many processes or threads poll for it here.
+    /// Ranks of this communicator on this host (itself included), whatever carries their
+    /// data: how many processes or threads poll for it here.
     pub fn local_ranks(&self) -> usize {
-        1 + self.routes.iter().filter(|r| **r == Route::Shm).count()
+        self.peers.iter().filter(|p| p.host_hash == self.host_hash).count().max(1)
     }
 
     pub fn route(&self, peer: usize) -> Route {
