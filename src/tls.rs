@@ -527,7 +527,16 @@ mod imp {
         crate::encryption::freeze();
         let ctx = CONTEXT.get_or_init(|| {
             crate::encryption::with_psk(|psk| match psk {
-                Some(k) => new_context(k).map_err(|e| e.to_string()),
+                Some(k) => {
+                    // Which libcrypto does the AES-GCM matters for speed (OpenSSL 3.0 has no
+                    // VAES/AVX-512 code path; later 3.x releases do), so operators see it.
+                    log::info!(
+                        target: "INIT",
+                        "TLS: {} ({PROTOCOL} {CIPHER}, pre-shared key with (EC)DHE)",
+                        openssl::version::version()
+                    );
+                    new_context(k).map_err(|e| e.to_string())
+                }
                 None => Err("no pre-shared key is configured".into()),
             })
         });
