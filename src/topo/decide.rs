@@ -76,7 +76,7 @@ impl Topology {
         local.filter(|c| !c.is_empty()).unwrap_or_else(|| self.cpuset().clone())
     }
 
-    /// Where the socket transport's helper threads (acceptor, striped TLS senders and
+    /// Where the socket transport's helper threads (acceptor, striped senders and
     /// receivers) should run: near the NIC behind interface `ifname` when the topology knows
     /// it, else near the NUMA node of `creator_cpu` (the thread that made the communicator,
     /// whose memory the helpers read and write). `None` when that is the whole machine

@@ -691,8 +691,8 @@ impl NetRecv for SocketRecv {
 // With one progress thread per rank, encryption, decryption, kernel copies and reductions
 // would all queue on one core, and one TLS session is encrypted by one core at a time. So a
 // data connection can be `n` sockets (each its own TLS session; NCCL_SOCKET_NTHREADS x
-// NCCL_NSOCKS_PERTHREAD; unset, TLS on 8+ cores gets one socket per four cores, 2-4, and
-// everything else keeps the inline path), each served by a helper thread running blocking writes
+// NCCL_NSOCKS_PERTHREAD; unset, hosts with 8+ cores get one socket per four cores, 2-4, and
+// smaller ones keep the inline path), each served by a helper thread running blocking writes
 // (or reads). A message is cut into `n` contiguous parts of at least 64 KiB (NCCL's task size;
 // smaller messages use the first socket only), the same cut on both sides, and part `i`
 // travels on socket `i` with its own frame header. The progress loop only posts requests and
