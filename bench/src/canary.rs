@@ -118,6 +118,8 @@ pub fn phase_psk(phase: Phase) -> Result<Option<Psk>, String> {
 /// What the parent needs from the command line (the rest goes to the phases unchanged).
 pub struct CanaryConfig<'a> {
     pub max_loss: f64,
+    /// Alternating plaintext/encrypted runs; per-phase medians are judged.
+    pub rounds: u32,
     pub psk_env: Option<&'a str>,
     pub output_file: Option<&'a Path>,
     pub run_cycles: u32,
@@ -164,12 +166,22 @@ fn canary(config: &CanaryConfig, procs: &Procs) -> Result<i32, Failure> {
     // Fail before the plaintext phase rather than after it when the build cannot encrypt.
     psk::check_tls_support(&key)?;
     let scratch = ScratchDir::create()?;
-    let plain = run_phase(Phase::Plaintext, None, &scratch, procs)?;
-    let enc = run_phase(Phase::Encrypted, Some(&key), &scratch, procs)?;
+    let mut rounds = Vec::new();
+    for round in 0..config.rounds {
+        if config.rounds > 1 && procs.index() == 0 {
+            println!("# Encryption canary: round {} of {}", round + 1, config.rounds);
+        }
+        let plain = run_phase(Phase::Plaintext, None, &scratch, procs)?;
+        let enc = run_phase(Phase::Encrypted, Some(&key), &scratch, procs)?;
+        if let (Some(plain), Some(enc)) = (plain, enc) {
+            rounds.push((plain, enc));
+        }
+    }
     drop(key);
-    let code = match (plain, enc) {
-        (Some(plain), Some(enc)) => conclude(&plain, &enc, config),
-        _ => EXIT_PASS, // not process 0: it tells the verdict
+    let code = if rounds.is_empty() {
+        EXIT_PASS // not process 0: it tells the verdict
+    } else {
+        conclude(rounds, config)
     };
     Ok(share_exit_code(code, procs))
 }
@@ -191,12 +203,17 @@ fn phase_key(psk_env: Option<&str>, procs: &Procs) -> Result<Psk, String> {
     key
 }
 
-/// Compares the phases, prints the summary, writes -J; the exit status.
-fn conclude(plain: &PhaseRun, enc: &PhaseRun, config: &CanaryConfig) -> i32 {
-    let outcome = evaluate(plain, enc, config.max_loss);
+/// Compares the phases (per-phase medians over the rounds), prints the summary, writes -J;
+/// the exit status.
+fn conclude(rounds: Vec<(PhaseRun, PhaseRun)>, config: &CanaryConfig) -> i32 {
+    let (outcome, per_round) = evaluate_rounds(&rounds, config.max_loss);
+    let (plain, enc) = &rounds[0];
     print_summary(plain, enc, &outcome, config.max_loss);
+    if rounds.len() > 1 {
+        print_rounds(&per_round);
+    }
     if let Some(path) = config.output_file {
-        write_json(path, plain, enc, &outcome, config.max_loss);
+        write_json(path, plain, enc, &outcome, config.max_loss, &per_round);
     }
     match &outcome {
         Outcome::Invalid(reason) => report_failure(format!("invalid measurement: {reason}").into()),
@@ -254,6 +271,7 @@ impl Drop for ScratchDir {
 }
 
 /// One phase's results as its child reported them.
+#[derive(Clone)]
 struct PhaseRun {
     phase: Phase,
     doc: Json,
@@ -312,6 +330,8 @@ fn run_alone(mut cmd: Command) -> Result<ExitStatus, String> {
 
 /// Runs a phase whose process-level calls this process makes for it (under MPI).
 fn run_relayed(mut cmd: Command, socket: &Path, procs: &Procs) -> Result<ExitStatus, String> {
+    // The previous round's socket (our own private directory) is in the way of bind.
+    let _ = std::fs::remove_file(socket);
     let listener = UnixListener::bind(socket).map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
     // Polled, so that a phase that fails before it connects is noticed.
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
@@ -639,6 +659,68 @@ impl Outcome {
     }
 }
 
+/// Every round must be valid on its own; the verdict then compares, row by row, the median
+/// over the rounds of each phase's numbers. Also returns each round's deciding-size loss.
+fn evaluate_rounds(rounds: &[(PhaseRun, PhaseRun)], max_loss: f64) -> (Outcome, Vec<f64>) {
+    let mut per_round = Vec::with_capacity(rounds.len());
+    for (plain, enc) in rounds {
+        match evaluate(plain, enc, max_loss) {
+            Outcome::Judged(verdict, _) => per_round.push(verdict.comparisons[verdict.decisive].loss),
+            invalid => return (invalid, per_round),
+        }
+    }
+    let (first_plain, first_enc) = &rounds[0];
+    let plain_rounds: Vec<&[Row]> = rounds.iter().map(|(p, _)| p.rows.as_slice()).collect();
+    let enc_rounds: Vec<&[Row]> = rounds.iter().map(|(_, e)| e.rows.as_slice()).collect();
+    let medians = median_rows(&plain_rounds).and_then(|p| Ok((p, median_rows(&enc_rounds)?)));
+    let outcome = match medians {
+        Ok((plain_rows, enc_rows)) => {
+            let plain = PhaseRun { rows: plain_rows, ..first_plain.clone() };
+            let enc = PhaseRun { rows: enc_rows, ..first_enc.clone() };
+            evaluate(&plain, &enc, max_loss)
+        }
+        Err(reason) => Outcome::Invalid(reason),
+    };
+    (outcome, per_round)
+}
+
+/// Row by row, the median over rounds of busbw, time and p99 (each on its own); the rounds
+/// must have measured the same rows.
+fn median_rows(rounds: &[&[Row]]) -> Result<Vec<Row>, String> {
+    let first = rounds.first().ok_or("no round")?;
+    if rounds.iter().any(|r| r.len() != first.len() || r.iter().zip(first.iter()).any(|(a, b)| a.key != b.key)) {
+        return Err("the rounds measured different rows".into());
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    };
+    Ok((0..first.len())
+        .map(|i| Row {
+            key: first[i].key.clone(),
+            busbw: median(rounds.iter().map(|r| r[i].busbw).collect()),
+            time_us: median(rounds.iter().map(|r| r[i].time_us).collect()),
+            p99_us: median(rounds.iter().map(|r| r[i].p99_us).collect()),
+        })
+        .collect())
+}
+
+/// The deciding size's loss in each round, below the summary.
+fn print_rounds(per_round: &[f64]) {
+    let list: Vec<String> = per_round.iter().map(|l| format!("{l:.1}")).collect();
+    println!(
+        "#   rounds    : {} (loss per round, %: {}); the verdict compares per-phase medians",
+        per_round.len(),
+        list.join(", ")
+    );
+    let _ = std::io::stdout().flush();
+}
+
 fn evaluate(plain: &PhaseRun, enc: &PhaseRun, max_loss: f64) -> Outcome {
     let warnings = match check_coverage(&plain.coverage, &enc.coverage) {
         Ok(w) => w,
@@ -708,7 +790,7 @@ fn print_rows(verdict: &Verdict) {
     println!("#");
 }
 
-fn write_json(path: &Path, plain: &PhaseRun, enc: &PhaseRun, outcome: &Outcome, max_loss: f64) {
+fn write_json(path: &Path, plain: &PhaseRun, enc: &PhaseRun, outcome: &Outcome, max_loss: f64, per_round: &[f64]) {
     let mut fields = vec![
         ("program", Json::str("ferroccl-bench")),
         ("version", Json::str(env!("CARGO_PKG_VERSION"))),
@@ -720,6 +802,8 @@ fn write_json(path: &Path, plain: &PhaseRun, enc: &PhaseRun, outcome: &Outcome, 
         ("max_loss_percent", Json::Num(max_loss)),
         ("verdict_basis", Json::str("out-of-place busbw of the largest size (the worst row of that size)")),
         ("verdict", Json::str(outcome.verdict_name())),
+        ("rounds", Json::Int(per_round.len().max(1) as i64)),
+        ("loss_percent_per_round", Json::Arr(per_round.iter().map(|l| Json::Num(*l)).collect())),
     ];
     match outcome {
         Outcome::Judged(verdict, warnings) => {
@@ -787,6 +871,22 @@ mod tests {
         let two_hundred: Vec<f64> = (1..=200).map(f64::from).collect();
         assert_eq!(p99(&two_hundred), Some(198.0));
         assert_eq!(p99(&[f64::NAN, 5.0]), Some(5.0));
+    }
+
+    #[test]
+    fn rounds_are_combined_row_by_row_into_medians() {
+        let with = |busbw: f64, time_us: f64, p99_us: f64| Row { busbw, time_us, p99_us, ..row(64, "float", 0.0) };
+        let rounds = [vec![with(3.0, 30.0, 90.0)], vec![with(1.0, 10.0, 50.0)], vec![with(2.0, 99.0, 70.0)]];
+        let slices: Vec<&[Row]> = rounds.iter().map(Vec::as_slice).collect();
+        // Each number is its own median: the middle busbw, time and p99 need not share a round.
+        assert_eq!(median_rows(&slices).unwrap(), vec![with(2.0, 30.0, 70.0)]);
+        // An even count averages the middle two.
+        assert_eq!(median_rows(&slices[..2]).unwrap(), vec![with(2.0, 20.0, 70.0)]);
+        assert_eq!(median_rows(&slices[..1]).unwrap(), rounds[0]);
+        // Rounds that measured different rows cannot be combined.
+        let other = [row(128, "float", 1.0)];
+        assert!(median_rows(&[slices[0], &other]).is_err());
+        assert!(median_rows(&[slices[0], &[]]).is_err());
     }
 
     #[test]
@@ -939,6 +1039,7 @@ mod tests {
     fn usage_is_checked_before_anything_runs() {
         let ok = || CanaryConfig {
             max_loss: 5.0,
+            rounds: 1,
             psk_env: None,
             output_file: None,
             run_cycles: 1,

@@ -150,6 +150,11 @@ struct Args {
     /// Largest busbw loss --canary accepts, in percent of the plaintext busbw.
     #[arg(long = "max-loss", value_name = "PERCENT", default_value_t = canary::DEFAULT_MAX_LOSS, requires = "canary")]
     max_loss: f64,
+    /// --canary: run the plaintext and encrypted phases this many times, alternating, and
+    /// judge the per-phase medians (a shared host's noise then hits both phases alike).
+    #[arg(long = "canary-rounds", value_name = "R", default_value_t = 1, requires = "canary",
+          value_parser = clap::value_parser!(u32).range(1..=99))]
+    canary_rounds: u32,
     /// Encrypt with the pre-shared key (at least 32 bytes) in environment variable VAR
     /// (ncclSetEncryption). With --canary: the encrypted phase's key (default: a random one).
     #[arg(long = "psk-env", value_name = "VAR")]
@@ -325,6 +330,7 @@ fn main() {
     if args.canary && args.canary_phase.is_none() {
         std::process::exit(canary::run(&canary::CanaryConfig {
             max_loss: args.max_loss,
+            rounds: args.canary_rounds,
             psk_env: args.psk_env.as_deref(),
             output_file: args.output_file.as_deref(),
             run_cycles: args.run_cycles,

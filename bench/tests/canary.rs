@@ -78,12 +78,12 @@ mod with_tls {
 
     /// What every passing 1 MiB canary on 2 ranks shows: both phases with numbers, and
     /// reports that prove the encrypted phase used TLS and the plaintext one did not.
-    fn assert_canary_output(stdout: &str, doc: &Json) {
+    fn assert_canary_output(stdout: &str, doc: &Json, rounds: usize) {
         // Both phases ran their ordinary table, then the summary.
         for phase in ["# Encryption canary: plaintext phase", "# Encryption canary: encrypted phase"] {
             assert!(stdout.contains(phase), "{stdout}");
         }
-        assert_eq!(stdout.matches("# Out of bounds values : 0 OK").count(), 2, "{stdout}");
+        assert_eq!(stdout.matches("# Out of bounds values : 0 OK").count(), 2 * rounds, "{stdout}");
         assert!(stdout.contains("# Encryption canary: all_reduce float 1048576 B, 2 ranks"), "{stdout}");
         for phase in ["#   plaintext :", "#   encrypted :"] {
             assert!(summary_number(stdout, phase, "busbw") > 0.0, "{stdout}");
@@ -125,8 +125,22 @@ mod with_tls {
     #[test]
     fn canary_with_ranks_as_threads() {
         let (stdout, doc) = passing_canary(bench(CANARY_1M), "canary-threads");
-        assert_canary_output(&stdout, &doc);
+        assert_canary_output(&stdout, &doc, 1);
         assert!(stdout.contains("# Mode: threads (1 process x 2 threads, 2 ranks)"), "{stdout}");
+    }
+
+    /// Several rounds alternate the phases; the verdict compares per-phase medians.
+    #[test]
+    fn canary_rounds_alternate_the_phases() {
+        let args: Vec<&str> = CANARY_1M.iter().copied().chain(["--canary-rounds", "2"]).collect();
+        let (stdout, doc) = passing_canary(bench(&args), "canary-rounds");
+        assert_canary_output(&stdout, &doc, 2);
+        assert_eq!(stdout.matches("# Encryption canary: plaintext phase").count(), 2, "{stdout}");
+        assert_eq!(stdout.matches("# Encryption canary: encrypted phase").count(), 2, "{stdout}");
+        assert!(stdout.contains("#   rounds    : 2 (loss per round, %: "), "{stdout}");
+        assert_eq!(doc.get("rounds").and_then(Json::as_i64), Some(2));
+        let losses = doc.get("loss_percent_per_round").and_then(Json::as_arr).expect("per-round losses");
+        assert_eq!(losses.len(), 2);
     }
 
     /// One process per rank: each runs its phases, relaying their MPI calls.
@@ -144,7 +158,7 @@ mod with_tls {
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
         let (stdout, doc) = passing_canary(cmd, "canary-mpi");
-        assert_canary_output(&stdout, &doc);
+        assert_canary_output(&stdout, &doc, 1);
         assert_eq!(stdout.matches("# Mode: mpi (2 processes x 1 thread, 2 ranks)").count(), 2, "{stdout}");
     }
 
