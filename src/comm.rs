@@ -434,6 +434,10 @@ fn network() -> Result<Arc<dyn Net>> {
             let net = SocketNet::new(iface, helper_cpus);
             log::info!(target: "NET", "NET/IB : No device found.");
             log::info!(target: "NET", "NET/Socket : Using {}", net.describe());
+            if let Some(n) = net.helper_threads() {
+                // NCCL's line; here every helper thread has one socket of its own.
+                log::info!(target: "NET", "NET/Socket: Using {n} threads and 1 sockets per thread");
+            }
             Arc::new(net)
         })
     });

@@ -52,6 +52,12 @@ impl SocketNet {
     pub fn new(iface: Interface, helper_cpus: Option<CpuSet>) -> SocketNet {
         SocketNet { iface, helper_cpus }
     }
+
+    /// Helper threads per data connection (each with its own socket), `None` for inline
+    /// connections.
+    pub fn helper_threads(&self) -> Option<usize> {
+        helper_sockets()
+    }
 }
 
 /// Binds a helper thread (called first thing in it); a refusal is logged by the topology
