@@ -120,10 +120,11 @@ impl Segment {
         unsafe { &*(self.base.add(offset) as *const AtomicU64) }
     }
 
-    /// The publication number of slot `i`: `i + 1` once the sender has filled it for the
-    /// `i`-th time round (the segment starts zeroed, and each use of a slot has its own
-    /// number). The receiver polls it instead of a shared head counter, so a message costs
-    /// it one cache-line transfer, not two.
+    /// The publication number of FIFO position `i` (slot `i % SLOTS`): the sender stores
+    /// `i + 1` there last when it fills that position. The segment starts zeroed and every
+    /// position has its own number, so the slot's previous use never matches. The receiver
+    /// polls it instead of a shared head counter, so a message costs it one cache-line
+    /// transfer, not two.
     fn seq(&self, i: u64) -> &AtomicU64 {
         let (hdr, _) = self.slot(i);
         // SAFETY: word HDR_SEQ of a slot header: inside the mapping, 8-aligned, and only ever
