@@ -1,5 +1,5 @@
-//! A minimal JSON writer for `-J`, and the reader the encryption canary uses for its phases'
-//! results and the library's encryption reports.
+//! A minimal JSON writer for `-J`, and reading documents back (through serde_json) for the
+//! encryption canary: its phases' results and the library's encryption reports.
 
 use std::fmt::Write;
 
@@ -135,199 +135,27 @@ impl Json {
         }
     }
 
-    /// Parses one JSON document (RFC 8259). Integers without fraction or exponent that fit an
-    /// i64 become `Int`, other numbers `Num`.
+    /// Parses one JSON document (serde_json; object fields keep their order). Integers that
+    /// fit an i64 become `Int`, other numbers `Num`.
     pub fn parse(text: &str) -> Result<Json, String> {
-        let mut p = Reader { text: text.as_bytes(), pos: 0 };
-        let value = p.value(0)?;
-        p.skip_space();
-        if p.pos != p.text.len() {
-            return Err(p.error("trailing characters"));
-        }
-        Ok(value)
+        serde_json::from_str::<serde_json::Value>(text).map(Json::from).map_err(|e| format!("invalid JSON: {e}"))
     }
 }
 
-/// Nesting limit: documents here are a few levels deep; this only stops runaway recursion.
-const MAX_DEPTH: usize = 64;
-
-struct Reader<'a> {
-    text: &'a [u8],
-    pos: usize,
-}
-
-impl Reader<'_> {
-    fn error(&self, what: &str) -> String {
-        format!("invalid JSON at byte {}: {what}", self.pos)
-    }
-
-    fn skip_space(&mut self) {
-        while matches!(self.text.get(self.pos), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-            self.pos += 1;
+impl From<serde_json::Value> for Json {
+    fn from(value: serde_json::Value) -> Json {
+        use serde_json::Value;
+        match value {
+            Value::Null => Json::Null,
+            Value::Bool(b) => Json::Bool(b),
+            Value::Number(n) => match n.as_i64() {
+                Some(i) => Json::Int(i),
+                None => n.as_f64().map_or(Json::Null, Json::Num),
+            },
+            Value::String(s) => Json::Str(s),
+            Value::Array(items) => Json::Arr(items.into_iter().map(Json::from).collect()),
+            Value::Object(fields) => Json::Obj(fields.into_iter().map(|(k, v)| (k, Json::from(v))).collect()),
         }
-    }
-
-    fn peek(&mut self) -> Option<u8> {
-        self.skip_space();
-        self.text.get(self.pos).copied()
-    }
-
-    fn expect(&mut self, byte: u8) -> Result<(), String> {
-        if self.peek() != Some(byte) {
-            return Err(self.error(&format!("expected '{}'", byte as char)));
-        }
-        self.pos += 1;
-        Ok(())
-    }
-
-    fn value(&mut self, depth: usize) -> Result<Json, String> {
-        if depth > MAX_DEPTH {
-            return Err(self.error("nested too deeply"));
-        }
-        match self.peek() {
-            Some(b'{') => self.object(depth),
-            Some(b'[') => self.array(depth),
-            Some(b'"') => self.string().map(Json::Str),
-            Some(b't') => self.literal("true", Json::Bool(true)),
-            Some(b'f') => self.literal("false", Json::Bool(false)),
-            Some(b'n') => self.literal("null", Json::Null),
-            Some(b'-' | b'0'..=b'9') => self.number(),
-            Some(_) => Err(self.error("unexpected character")),
-            None => Err(self.error("unexpected end")),
-        }
-    }
-
-    fn literal(&mut self, word: &str, value: Json) -> Result<Json, String> {
-        if !self.text[self.pos..].starts_with(word.as_bytes()) {
-            return Err(self.error(&format!("expected {word}")));
-        }
-        self.pos += word.len();
-        Ok(value)
-    }
-
-    fn object(&mut self, depth: usize) -> Result<Json, String> {
-        self.expect(b'{')?;
-        let mut fields = Vec::new();
-        if self.peek() == Some(b'}') {
-            self.pos += 1;
-            return Ok(Json::Obj(fields));
-        }
-        loop {
-            if self.peek() != Some(b'"') {
-                return Err(self.error("expected a field name"));
-            }
-            let key = self.string()?;
-            self.expect(b':')?;
-            fields.push((key, self.value(depth + 1)?));
-            match self.peek() {
-                Some(b',') => self.pos += 1,
-                Some(b'}') => {
-                    self.pos += 1;
-                    return Ok(Json::Obj(fields));
-                }
-                _ => return Err(self.error("expected ',' or '}'")),
-            }
-        }
-    }
-
-    fn array(&mut self, depth: usize) -> Result<Json, String> {
-        self.expect(b'[')?;
-        let mut items = Vec::new();
-        if self.peek() == Some(b']') {
-            self.pos += 1;
-            return Ok(Json::Arr(items));
-        }
-        loop {
-            items.push(self.value(depth + 1)?);
-            match self.peek() {
-                Some(b',') => self.pos += 1,
-                Some(b']') => {
-                    self.pos += 1;
-                    return Ok(Json::Arr(items));
-                }
-                _ => return Err(self.error("expected ',' or ']'")),
-            }
-        }
-    }
-
-    fn number(&mut self) -> Result<Json, String> {
-        let start = self.pos;
-        while matches!(self.text.get(self.pos), Some(b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')) {
-            self.pos += 1;
-        }
-        // The scanned bytes are ASCII, so this cannot fail.
-        let token = std::str::from_utf8(&self.text[start..self.pos]).map_err(|_| self.error("bad number"))?;
-        let integral = !token.contains(['.', 'e', 'E']);
-        if let (true, Ok(i)) = (integral, token.parse::<i64>()) {
-            return Ok(Json::Int(i));
-        }
-        token.parse::<f64>().map(Json::Num).map_err(|_| self.error(&format!("bad number '{token}'")))
-    }
-
-    fn string(&mut self) -> Result<String, String> {
-        self.expect(b'"')?;
-        let mut out = Vec::new();
-        loop {
-            let Some(&byte) = self.text.get(self.pos) else {
-                return Err(self.error("unterminated string"));
-            };
-            self.pos += 1;
-            match byte {
-                b'"' => break,
-                b'\\' => self.escape(&mut out)?,
-                _ => out.push(byte),
-            }
-        }
-        String::from_utf8(out).map_err(|_| self.error("string is not UTF-8"))
-    }
-
-    fn escape(&mut self, out: &mut Vec<u8>) -> Result<(), String> {
-        let Some(&byte) = self.text.get(self.pos) else {
-            return Err(self.error("unterminated escape"));
-        };
-        self.pos += 1;
-        let c = match byte {
-            b'"' => '"',
-            b'\\' => '\\',
-            b'/' => '/',
-            b'b' => '\u{8}',
-            b'f' => '\u{c}',
-            b'n' => '\n',
-            b'r' => '\r',
-            b't' => '\t',
-            b'u' => self.unicode_escape()?,
-            _ => return Err(self.error("bad escape")),
-        };
-        let mut buf = [0u8; 4];
-        out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
-        Ok(())
-    }
-
-    /// `\uXXXX`, with a following `\uXXXX` low half when the first is a high surrogate.
-    fn unicode_escape(&mut self) -> Result<char, String> {
-        let high = self.hex4()?;
-        let code = if (0xd800..0xdc00).contains(&high) {
-            if !self.text[self.pos..].starts_with(b"\\u") {
-                return Err(self.error("unpaired surrogate"));
-            }
-            self.pos += 2;
-            let low = self.hex4()?;
-            if !(0xdc00..0xe000).contains(&low) {
-                return Err(self.error("unpaired surrogate"));
-            }
-            0x10000 + ((high - 0xd800) << 10) + (low - 0xdc00)
-        } else {
-            high
-        };
-        char::from_u32(code).ok_or_else(|| self.error("bad \\u escape"))
-    }
-
-    fn hex4(&mut self) -> Result<u32, String> {
-        let digits = self.text.get(self.pos..self.pos + 4).ok_or_else(|| self.error("short \\u escape"))?;
-        let text = std::str::from_utf8(digits).map_err(|_| self.error("bad \\u escape"))?;
-        let value = u32::from_str_radix(text, 16).map_err(|_| self.error("bad \\u escape"))?;
-        self.pos += 4;
-        Ok(value)
     }
 }
 
