@@ -116,8 +116,8 @@ impl Kept {
     /// Forgets the last operation (its steps, queues and buffers' addresses) and frees
     /// what is too large to keep.
     fn trim(&mut self) {
-        self.staging.truncate(MAX_POOLED);
         self.staging.retain(|b| b.len() * 8 <= MAX_KEPT_BYTES);
+        self.staging.truncate(MAX_POOLED);
         self.states.truncate(4);
         for st in &mut self.states {
             st.clear();

@@ -36,6 +36,8 @@ pub struct Links {
     send: Vec<Option<Box<dyn NetSend>>>,
     recv: Vec<Option<Box<dyn NetRecv>>>,
     routes: Vec<Route>,
+    /// Ranks on this host, itself included (set with the peers).
+    local_ranks: usize,
 }
 
 /// Whether shared memory may be used at all (NCCL_SHM_DISABLE, the strict encryption policy).
@@ -77,6 +79,7 @@ impl Links {
             send: (0..nranks).map(|_| None).collect(),
             recv: (0..nranks).map(|_| None).collect(),
             routes: vec![Route::Net; nranks],
+            local_ranks: 1,
         };
         Ok((links, handle))
     }
@@ -99,6 +102,7 @@ impl Links {
                 }
             })
             .collect();
+        self.local_ranks = peers.iter().filter(|p| p.host_hash == self.host_hash).count().max(1);
         self.peers = peers;
     }
 
@@ -109,7 +113,7 @@ impl Links {
     /// Ranks of this communicator on this host (itself included), whatever carries their
     /// data: how many processes or threads poll for it here.
     pub fn local_ranks(&self) -> usize {
-        self.peers.iter().filter(|p| p.host_hash == self.host_hash).count().max(1)
+        self.local_ranks
     }
 
     pub fn route(&self, peer: usize) -> Route {

@@ -132,6 +132,22 @@ impl Segment {
         unsafe { &*(hdr.add(HDR_SEQ) as *const AtomicU64) }
     }
 
+    /// Makes FIFO position `i` visible to the receiver (after its header and payload).
+    fn publish(&self, i: u64) {
+        self.seq(i).store(i + 1, Ordering::Release);
+    }
+
+    /// Where a piece of `piece` bytes at FIFO position `i` lives: inside the header's cache
+    /// line when it fits, else the slot's payload area.
+    fn piece_at(&self, i: u64, piece: usize) -> *mut u8 {
+        let (hdr, data) = self.slot(i);
+        if piece <= INLINE_BYTES {
+            hdr.wrapping_add(HDR_INLINE) as *mut u8
+        } else {
+            data
+        }
+    }
+
     /// Slot `i`: (header pointer, payload pointer).
     fn slot(&self, i: u64) -> (*mut u64, *mut u8) {
         let off = HEADER_BYTES + (i as usize % SLOTS) * (SLOT_HEADER + SLOT_BYTES);
@@ -511,7 +527,7 @@ impl ShmSend {
                         hdr.add(3).write(FLAG_DIRECT);
                         hdr.add(4).write(req.region.ptr() as u64);
                     }
-                    self.seg.seq(head).store(head + 1, Ordering::Release);
+                    self.seg.publish(head);
                     self.head = head + 1;
                     req.started = true;
                     self.direct_sent += 1;
@@ -533,8 +549,8 @@ impl ShmSend {
                     break;
                 }
                 let piece = (len - req.sent).min(SLOT_BYTES);
-                let (hdr, data) = self.seg.slot(head);
-                let dst = if piece <= INLINE_BYTES { hdr.wrapping_add(HDR_INLINE) as *mut u8 } else { data };
+                let (hdr, _) = self.seg.slot(head);
+                let dst = self.seg.piece_at(head, piece);
                 // SAFETY: the slot is free (fewer than SLOTS unconsumed, tail loaded with
                 // Acquire), so the receiver does not touch it until we publish its number;
                 // the region is readable for the request's life (MemRegion contract); an
@@ -548,7 +564,7 @@ impl ShmSend {
                     hdr.add(2).write(piece as u64);
                     hdr.add(3).write(0);
                 }
-                self.seg.seq(head).store(head + 1, Ordering::Release);
+                self.seg.publish(head);
                 self.head = head + 1;
                 req.sent += piece;
                 req.started = true;
@@ -623,7 +639,7 @@ impl ShmRecv {
                 if self.seg.seq(tail).load(Ordering::Acquire) != tail + 1 {
                     break;
                 }
-                let (hdr, data) = self.seg.slot(tail);
+                let (hdr, _) = self.seg.slot(tail);
                 // SAFETY: the slot's number (Acquire) says the sender published it, and it
                 // will not touch it until we advance tail.
                 let (msg_len, offset, piece, flags, addr) = unsafe {
@@ -658,9 +674,9 @@ impl ShmRecv {
                 if offset != req.got || piece > SLOT_BYTES || offset + piece > len {
                     return Err(Error::remote("corrupt shared-memory slot header"));
                 }
-                let src = if piece <= INLINE_BYTES { hdr.wrapping_add(HDR_INLINE) as *const u8 } else { data };
-                // SAFETY: the published slot holds `piece` bytes written by the sender, inline
-                // in its header when they fit.
+                let src = self.seg.piece_at(tail, piece) as *const u8;
+                // SAFETY: the published slot holds `piece` bytes written by the sender, where
+                // `piece_at` says.
                 let incoming = unsafe { std::slice::from_raw_parts(src, piece) };
                 super::apply_recv_op(req.region, &req.op, offset, incoming)?;
                 self.seg.tail().store(tail + 1, Ordering::Release);
