@@ -77,9 +77,8 @@ pub fn encryption_report(comm: ncclComm_t) -> Result<String, String> {
     // included, and nothing at all on error.
     let r = ferrocclCommEncryptionReport(comm, buf.as_mut_ptr().cast::<c_char>(), buf.len());
     if r != ncclResult_t::ncclSuccess {
-        // SAFETY: the library returns a NUL-terminated string valid until its next call.
-        let why = unsafe { std::ffi::CStr::from_ptr(ncclGetLastError(std::ptr::null_mut())) };
-        return Err(format!("ferrocclCommEncryptionReport failed: {}", why.to_string_lossy()));
+        let why = crate::cstr(ncclGetLastError(std::ptr::null_mut()));
+        return Err(format!("ferrocclCommEncryptionReport failed: {why}"));
     }
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     let text = std::str::from_utf8(&buf[..end]).map_err(|_| "encryption report is not UTF-8".to_string())?;

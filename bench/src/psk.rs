@@ -2,7 +2,7 @@
 //! (`--psk-env VAR`; never from the command line, where `ps` would show it), generating a
 //! throw-away key for the encryption canary, and configuring the library with it.
 
-use std::ffi::{CStr, CString, OsStr};
+use std::ffi::{CString, OsStr};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 
@@ -31,10 +31,7 @@ pub struct Psk(CString);
 impl Drop for Psk {
     fn drop(&mut self) {
         let mut bytes = std::mem::take(&mut self.0).into_bytes_with_nul();
-        for b in bytes.iter_mut() {
-            // SAFETY: a volatile write through a valid &mut u8, so the wipe is not optimised away.
-            unsafe { std::ptr::write_volatile(b, 0) };
-        }
+        ferroccl::encryption::wipe(&mut bytes);
     }
 }
 
@@ -115,18 +112,9 @@ fn library_result(r: ncclResult_t) -> Result<(), String> {
     }
     Err(format!(
         "ncclSetEncryption failed: {} / {}",
-        c_text(ncclGetErrorString(r)),
-        c_text(ncclGetLastError(std::ptr::null_mut()))
+        crate::cstr(ncclGetErrorString(r)),
+        crate::cstr(ncclGetLastError(std::ptr::null_mut()))
     ))
-}
-
-fn c_text(p: *const std::ffi::c_char) -> String {
-    if p.is_null() {
-        return String::new();
-    }
-    // SAFETY: the library returns NUL-terminated strings that stay valid until its next call
-    // on this thread.
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
 #[cfg(test)]
