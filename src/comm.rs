@@ -13,6 +13,7 @@ use crate::coll::reduce::Reduction;
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
 use crate::transport::links::{Links, PeerLink};
+use crate::transport::node_area::NodeArea;
 use crate::transport::socket_net::SocketNet;
 use crate::transport::Net;
 use crate::types::{ncclComm_t, ncclResult_t, DataType, NCCL_NUM_OPS};
@@ -103,6 +104,8 @@ pub struct Comm {
     next_registration: AtomicUsize,
     /// Plans by operation shape: repeated calls (the common case) skip plan generation.
     plans: Mutex<PlanCache>,
+    /// All ranks share a node area (`transport::node_area`): node-level algorithms apply.
+    pub node_area: bool,
 }
 
 type PlanKey = (CollKind, usize, usize, bool, usize, bool, bool, Algorithm, usize);
@@ -169,6 +172,18 @@ impl Comm {
                 .map(|p| PeerLink { net_handle: p.net_handle.clone(), host_hash: p.host_hash, pid: p.pid, shm: p.shm })
                 .collect(),
         );
+        // Every rank computes the same condition from the same peer table, so all of them
+        // take part in setting the area up, or none does.
+        let all_local = nranks > 1 && peers.iter().all(|p| p.host_hash == me.host_hash && p.shm);
+        let mut node_area = false;
+        if all_local {
+            let pids: Vec<u32> = peers.iter().map(|p| p.pid).collect();
+            let wanted = crate::env::get_bool("FERROCCL_NODE_COLL");
+            if let Some(area) = NodeArea::establish(&mut bootstrap, magic, &pids, wanted)? {
+                links.set_node_area(area);
+                node_area = true;
+            }
+        }
         let comm = Comm {
             rank,
             nranks,
@@ -186,6 +201,7 @@ impl Comm {
             registrations: Mutex::new(HashMap::new()),
             next_registration: AtomicUsize::new(1),
             plans: Mutex::new(PlanCache::default()),
+            node_area,
         };
         log::info!(target: "INIT", "Using network {}", net.name());
         log::info!(

@@ -158,6 +158,12 @@ pub static PARAMS: &[Param] = &[
     param("FERROCCL_TLS_REKEY_BYTES", Bytes, "1G", "Bytes sent on one TLS connection before a TLS 1.3 KeyUpdate (0 disables rotation)"),
     param("FERROCCL_TOPO_DUMP", Str, "", "Write the detected topology to this path"),
     param(
+        "FERROCCL_NODE_COLL",
+        Bool,
+        "1",
+        "1 lets communicators whose ranks are all on this host all-reduce through one shared area (one-shot up to 16 KiB, direct from 256 KiB); 0 uses rings and trees over the transports",
+    ),
+    param(
         "FERROCCL_SHM_DIRECT",
         Bool,
         "1",

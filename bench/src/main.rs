@@ -28,6 +28,7 @@ use std::time::Instant;
 use clap::Parser;
 use ferroccl::ffi::group::{ncclGroupEnd, ncclGroupStart};
 use ferroccl::ffi::init::{ncclCommDestroy, ncclCommInitAll, ncclCommInitRank, ncclGetUniqueId};
+use ferroccl::ffi::mem::{ncclMemAlloc, ncclMemFree};
 use ferroccl::ffi::query::{
     ncclGetErrorString, ncclGetLastError, ncclGetVersion, ncclRedOpCreatePreMulSum, ncclRedOpDestroy,
 };
@@ -141,6 +142,10 @@ struct Args {
     /// How communicators are created.
     #[arg(long = "init", value_enum, default_value = "group")]
     init: InitMode,
+    /// Allocate the buffers with the system allocator instead of ncclMemAlloc (which
+    /// nccl-tests uses), to measure what plain user buffers get.
+    #[arg(long = "host-alloc")]
+    host_alloc: bool,
     /// Encryption canary: run the benchmark plaintext, then encrypted (each phase in its own
     /// process(es), same ranks and flags), print busbw and p99 latency of both and the busbw
     /// loss; exit 1 when the loss exceeds --max-loss. The largest size decides (the worst row of
@@ -214,6 +219,8 @@ struct Plan {
     check: u32,
     combine: Combine,
     unalign: usize,
+    /// Buffers from the system allocator instead of ncclMemAlloc.
+    host_alloc: bool,
     hostname: String,
     /// Record every timed iteration (for --canary's p99 latency).
     record_latency: bool,
@@ -234,22 +241,34 @@ struct CommPtr(ncclComm_t);
 // SAFETY: NCCL communicators may be used from any thread (one at a time, as here).
 unsafe impl Send for CommPtr {}
 
-/// Page-aligned host buffer.
+/// Page-aligned host buffer: from ncclMemAlloc as in nccl-tests, or (`--host-alloc`) from
+/// the system allocator.
 struct Buf {
     ptr: *mut u8,
     len: usize,
+    from_nccl: bool,
 }
 
 impl Buf {
-    fn new(len: usize) -> Buf {
+    fn new(len: usize, host_alloc: bool) -> Buf {
         let len = len.max(64);
+        if !host_alloc {
+            let mut p: *mut c_void = std::ptr::null_mut();
+            let rc = ncclMemAlloc(&mut p, len);
+            if rc != ncclResult_t::ncclSuccess || p.is_null() {
+                panic!("ncclMemAlloc of {len} bytes failed: {}", cstr(ncclGetErrorString(rc)));
+            }
+            // SAFETY: a fresh allocation of len bytes; zeroed like the system path below.
+            unsafe { std::ptr::write_bytes(p as *mut u8, 0, len) };
+            return Buf { ptr: p as *mut u8, len, from_nccl: true };
+        }
         let layout = Layout::from_size_align(len, 4096).expect("buffer layout");
         // SAFETY: non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         if ptr.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
-        Buf { ptr, len }
+        Buf { ptr, len, from_nccl: false }
     }
     fn bytes(&mut self, offset: usize, len: usize) -> &mut [u8] {
         assert!(offset + len <= self.len, "buffer overrun: {offset}+{len} > {}", self.len);
@@ -260,6 +279,10 @@ impl Buf {
 
 impl Drop for Buf {
     fn drop(&mut self) {
+        if self.from_nccl {
+            ncclMemFree(self.ptr as *mut c_void);
+            return;
+        }
         // SAFETY: allocated in `new` with this layout.
         unsafe { dealloc(self.ptr, Layout::from_size_align(self.len, 4096).unwrap()) };
     }
@@ -461,6 +484,7 @@ fn build_plan(args: &Args, nranks: usize) -> Result<Plan, String> {
         check: args.check,
         combine: Combine::from_average(args.average),
         unalign: args.unalign,
+        host_alloc: args.host_alloc,
         hostname: hostname(),
         record_latency: args.canary_phase.is_some(),
     })
@@ -497,13 +521,14 @@ fn run(args: &Args, world: &World, multi_process: bool) -> Result<i32, String> {
             println!("# Parallel Init Enabled: threads call into NcclInitRank concurrently ");
         }
         println!(
-            "# Mode: {} ({} process{} x {} thread{}, {} ranks), host memory",
+            "# Mode: {} ({} process{} x {} thread{}, {} ranks), host memory from {}",
             if multi_process { "mpi" } else { "threads" },
             world.nprocs,
             if world.nprocs == 1 { "" } else { "es" },
             world.nthreads,
             if world.nthreads == 1 { "" } else { "s" },
-            nranks
+            nranks,
+            if plan.host_alloc { "the system allocator" } else { "ncclMemAlloc" }
         );
         if encrypted_run(args) {
             println!("# Encryption: TLS 1.3 with a pre-shared key (ncclSetEncryption)");
@@ -797,8 +822,8 @@ fn rank_main(plan: &Plan, world: &World, thread: usize, comm: ncclComm_t) -> Ran
         nranks: world.nranks(),
         comm,
         main: world.proc_ == 0 && thread == 0,
-        send: Buf::new(cap),
-        recv: Buf::new(cap),
+        send: Buf::new(cap, plan.host_alloc),
+        recv: Buf::new(cap, plan.host_alloc),
         seed: 0,
         out: RankOutcome::default(),
     };

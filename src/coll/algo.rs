@@ -270,6 +270,11 @@ impl AlgoSelection {
     }
 
     /// The string this was parsed from.
+    /// Whether the user left the choice to ferroccl (no NCCL_ALGO).
+    pub fn is_default(&self) -> bool {
+        self.source.is_empty()
+    }
+
     pub fn source(&self) -> &str {
         &self.source
     }

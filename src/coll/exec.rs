@@ -35,6 +35,8 @@ pub struct Work {
     /// Owned copy of the send buffer when the caller's buffers overlap in a way the plan does
     /// not handle; `bufs.send` then points into it.
     pub send_copy: Option<Vec<u64>>,
+    /// A node-level operation (`coll::node`) instead of the plan's steps (it has none).
+    pub node: Option<super::node::NodeOp>,
 }
 
 // SAFETY: Work only carries addresses of memory its submitter keeps alive until completion.
@@ -72,6 +74,8 @@ struct CommState {
     posted_sends: Vec<(usize, RequestId, StepRef)>,
     posted_recvs: Vec<PostedRecv>,
     locals: Vec<StepRef>,
+    /// Works that are node-level operations, run one at a time in call order.
+    node_works: VecDeque<usize>,
     remaining: usize,
 }
 
@@ -195,6 +199,7 @@ impl CommState {
             drop(p.staging);
         }
         self.locals.clear();
+        self.node_works.clear();
         self.remaining = 0;
     }
 }
@@ -217,6 +222,10 @@ fn reset_state(st: &mut CommState, cw: &CommWork<'_>) -> Result<()> {
         ws.scratch.clear();
         ws.scratch.resize(work.plan.scratch_bytes.div_ceil(8), 0);
         st.remaining += n;
+        if work.node.is_some() {
+            st.node_works.push_back(w);
+            st.remaining += 1;
+        }
         for (s, planned) in work.plan.steps.iter().enumerate() {
             check_slices(work, &planned.step)?;
             match planned.step {
@@ -317,6 +326,17 @@ fn progress_comm(
 ) -> Result<bool> {
     let me = cw.rank;
     let mut progressed = false;
+
+    // The node-level operation in front, if any.
+    if let Some(&w) = st.node_works.front() {
+        let area = cw.links.node_area().ok_or_else(|| Error::internal("node operation without a node area"))?;
+        let op = cw.works[w].node.as_mut().expect("node_works holds node operations");
+        progressed |= op.progress(area, &mut st.work_state[w].scratch)?;
+        if op.is_done() {
+            st.node_works.pop_front();
+            st.remaining -= 1;
+        }
+    }
 
     // Local steps.
     let mut i = 0;
@@ -581,7 +601,8 @@ fn run_local(work: &Work, ws: &mut WorkState, op: &LocalOp) -> Result<()> {
 /// only yields, and naps briefly after a long idle stretch so oversubscribed ranks share cores.
 fn wait_for_io(comms: &[CommWork<'_>], states: &[CommState], idle_rounds: u32) {
     let mut fds: Vec<libc::pollfd> = Vec::new();
-    let mut must_spin = false;
+    // Node operations wait on counters in shared memory: nothing to sleep on.
+    let mut must_spin = states.iter().any(|st| !st.node_works.is_empty());
     let mut add = |h: Option<WaitHint>| match h {
         Some(h) => {
             let mut events = 0;

@@ -7,6 +7,7 @@
 
 pub mod algo;
 pub mod exec;
+pub mod node;
 pub mod plan;
 pub mod reduce;
 pub mod sim;
@@ -191,13 +192,37 @@ fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Resul
         has_pre: req.reduction.is_some_and(|r| r.has_pre()),
         has_post: req.reduction.is_some_and(|r| r.has_post()),
     };
+    if let Some(algo) = node_algorithm(comm, req, block, tuning) {
+        let reduction = req.reduction.ok_or_else(|| Error::internal("all-reduce without an operator"))?;
+        log::debug!(target: "COLL", "{} count {} datatype {} in_place {in_place} algorithm {}", req.op.name(), req.count, req.dtype, algo.name());
+        let node = node::NodeOp::new(algo, bufs.send, bufs.recv, block, reduction);
+        return Ok(Work { plan: node_plan(algo), bufs, reduction: req.reduction, send_copy, node: Some(node) });
+    }
     let choice = algo::choose(kind, args.total_bytes(n), n, tuning.tree_threshold, &tuning.selection);
     if let Some(reason) = &choice.fallback_reason {
         log::info!(target: "TUNING", "{}: {reason}", req.op.name());
     }
     let plan = comm.cached_plan(&args, choice.algorithm, tuning.chunk_bytes)?;
     log::debug!(target: "COLL", "{} count {} datatype {} in_place {in_place} algorithm {} steps {}", req.op.name(), req.count, req.dtype, plan.algorithm, plan.steps.len());
-    Ok(Work { plan, bufs, reduction: req.reduction, send_copy })
+    Ok(Work { plan, bufs, reduction: req.reduction, send_copy, node: None })
+}
+
+/// The node-level algorithm for this call, if one applies. Depends only on what every rank
+/// of the communicator agrees on (the operation, its size, the communicator, the
+/// configuration), as all ranks must choose alike.
+fn node_algorithm(comm: &Comm, req: &OpRequest, bytes: usize, tuning: &algo::Tuning) -> Option<node::NodeAlgo> {
+    if !comm.node_area || req.op != CollOp::AllReduce || !tuning.selection.is_default() {
+        return None;
+    }
+    node::NodeAlgo::for_all_reduce(bytes)
+}
+
+/// The (step-less) plan a node-level operation carries, for logs and the executor.
+fn node_plan(algo: node::NodeAlgo) -> Arc<plan::Plan> {
+    static PLANS: std::sync::OnceLock<[Arc<plan::Plan>; 2]> = std::sync::OnceLock::new();
+    let plans = PLANS
+        .get_or_init(|| [node::NodeAlgo::OneShot, node::NodeAlgo::Direct].map(|a| Arc::new(plan::Plan::new(a.name()))));
+    plans[algo as usize].clone()
 }
 
 /// Algorithm tuning from the environment (NCCL_ALGO, FERROCCL_CHUNK_SIZE,

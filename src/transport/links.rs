@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::node_area::NodeArea;
 use super::shm::ShmNet;
 use super::{ConnectorId, Net, NetHandle, NetListener, NetRecv, NetSend, WaitHint};
 use crate::error::{Error, Result};
@@ -38,6 +39,8 @@ pub struct Links {
     routes: Vec<Route>,
     /// Ranks on this host, itself included (set with the peers).
     local_ranks: usize,
+    /// The shared control area, when every rank is on this host.
+    node: Option<NodeArea>,
 }
 
 /// Whether shared memory may be used at all (NCCL_SHM_DISABLE, the strict encryption policy).
@@ -80,6 +83,7 @@ impl Links {
             recv: (0..nranks).map(|_| None).collect(),
             routes: vec![Route::Net; nranks],
             local_ranks: 1,
+            node: None,
         };
         Ok((links, handle))
     }
@@ -104,6 +108,15 @@ impl Links {
             .collect();
         self.local_ranks = peers.iter().filter(|p| p.host_hash == self.host_hash).count().max(1);
         self.peers = peers;
+    }
+
+    /// Installs the node area (see `NodeArea::establish`).
+    pub fn set_node_area(&mut self, area: NodeArea) {
+        self.node = Some(area);
+    }
+
+    pub fn node_area(&mut self) -> Option<&mut NodeArea> {
+        self.node.as_mut()
     }
 
     pub fn nranks(&self) -> usize {
@@ -199,5 +212,6 @@ impl Links {
     pub fn close_all(&mut self) {
         self.send.iter_mut().for_each(|c| *c = None);
         self.recv.iter_mut().for_each(|c| *c = None);
+        self.node = None;
     }
 }

@@ -11,6 +11,8 @@
 
 pub mod links;
 pub mod netif;
+pub mod node_area;
+pub mod peer_mem;
 pub mod shm;
 pub mod socket;
 pub mod socket_net;

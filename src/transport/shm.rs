@@ -23,6 +23,7 @@ use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::peer_mem::read_remote;
 use super::socket::{ConnKind, Hello, HELLO_BYTES};
 use super::{ConnectorId, MemRegion, Net, NetHandle, NetListener, NetRecv, NetSend, RecvOp, RequestId, WaitHint};
 use crate::error::{Error, Result};
@@ -205,22 +206,6 @@ fn probe_sender(seg: &Segment) -> bool {
     }
     let mut got = [0u8; 8];
     read_remote(pid, addr, &mut got).is_ok() && u64::from_ne_bytes(got) == PROBE
-}
-
-/// Reads `out.len()` bytes at `addr` in process `pid`.
-fn read_remote(pid: u32, addr: u64, out: &mut [u8]) -> Result<()> {
-    let mut done = 0;
-    while done < out.len() {
-        let local = libc::iovec { iov_base: out[done..].as_mut_ptr() as *mut libc::c_void, iov_len: out.len() - done };
-        let remote = libc::iovec { iov_base: (addr as usize + done) as *mut libc::c_void, iov_len: out.len() - done };
-        // SAFETY: `local` is our own writable buffer; the kernel checks the remote range.
-        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        if n <= 0 {
-            return Err(Error::remote(format!("process_vm_readv from pid {pid}: {}", io::Error::last_os_error())));
-        }
-        done += n as usize;
-    }
-    Ok(())
 }
 
 fn take_done(done: &mut Vec<(u64, usize)>, id: u64) -> Option<usize> {

@@ -6,8 +6,9 @@ use std::ffi::c_void;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ferroccl::ffi::coll::ncclAllReduce;
+use ferroccl::ffi::coll::{ncclAllReduce, ncclBroadcast};
 use ferroccl::ffi::init::{ncclCommDestroy, ncclCommInitRank};
+use ferroccl::ffi::mem::{ncclMemAlloc, ncclMemFree};
 use ferroccl::types::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclUniqueId};
 
 use crate::common::{check, unique_id};
@@ -31,7 +32,7 @@ fn spawn(rank: usize, scenario: &str, id: &ncclUniqueId, extra_env: &[(&str, &st
     cmd.args(["--exact", "processes::child_rank", "--nocapture", "--test-threads=1"])
         .env(ROLE, format!("{rank},2,{scenario},{}", hex(id)))
         .env("NCCL_DEBUG", "INFO")
-        .env("NCCL_DEBUG_SUBSYS", "P2P")
+        .env("NCCL_DEBUG_SUBSYS", "P2P,SHM")
         .env("FERROCCL_BOOTSTRAP_TIMEOUT", "20")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -68,6 +69,9 @@ fn child_rank() {
     );
     assert!(recv.iter().all(|&v| v == 3.0));
     println!("CHILD {rank} first allreduce OK");
+    if scenario == "plain" {
+        plain_extras(rank, comm);
+    }
     if scenario == "victim" && rank == 1 {
         println!("CHILD 1 waiting to be killed");
         std::thread::sleep(Duration::from_secs(120));
@@ -88,6 +92,43 @@ fn child_rank() {
     }
     check(ncclCommDestroy(comm), "destroy");
     println!("CHILD {rank} done");
+}
+
+/// A broadcast (over the pairwise shared-memory connections) and all-reduces of
+/// ncclMemAlloc'd buffers, which ranks on one host map and reduce in place.
+fn plain_extras(rank: usize, comm: ncclComm_t) {
+    let s: *mut c_void = std::ptr::null_mut();
+    let count = 1 << 16;
+    for root in 0..2 {
+        let mut buf = vec![if rank == root { 7.0f32 } else { 0.0 }; count];
+        let p = buf.as_mut_ptr().cast();
+        check(ncclBroadcast(p, p, count, ncclDataType_t(7), root as i32, comm, s), "broadcast");
+        assert!(buf.iter().all(|&v| v == 7.0));
+    }
+    // 1 Mi floats (direct, mapped) and 1000 floats (one-shot), out of place and in place.
+    for count in [1usize << 20, 1000] {
+        let bytes = count * 4;
+        let (mut sp, mut rp): (*mut c_void, *mut c_void) = (std::ptr::null_mut(), std::ptr::null_mut());
+        check(ncclMemAlloc(&mut sp, bytes), "ncclMemAlloc");
+        check(ncclMemAlloc(&mut rp, bytes), "ncclMemAlloc");
+        // SAFETY: two fresh allocations of `bytes` bytes each, used only here.
+        let (send, recv) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(sp as *mut f32, count),
+                std::slice::from_raw_parts_mut(rp as *mut f32, count),
+            )
+        };
+        for (i, v) in send.iter_mut().enumerate() {
+            *v = (i % 1000) as f32 + rank as f32;
+        }
+        check(ncclAllReduce(sp, rp, count, ncclDataType_t(7), ncclRedOp_t(0), comm, s), "allreduce ncclMemAlloc");
+        assert!(recv.iter().enumerate().all(|(i, &v)| v == 2.0 * (i % 1000) as f32 + 1.0), "out of place");
+        check(ncclAllReduce(rp, rp, count, ncclDataType_t(7), ncclRedOp_t(0), comm, s), "allreduce in place");
+        assert!(recv.iter().enumerate().all(|(i, &v)| v == 2.0 * (2.0 * (i % 1000) as f32 + 1.0)), "in place");
+        check(ncclMemFree(sp), "ncclMemFree");
+        check(ncclMemFree(rp), "ncclMemFree");
+    }
+    println!("CHILD {rank} broadcast and ncclMemAlloc all-reduces OK");
 }
 
 fn wait_output(child: Child) -> String {
@@ -117,12 +158,18 @@ fn processes_on_one_host_use_shared_memory_and_hostid_splits_them() {
     let (a, b) = (spawn(0, "plain", &id, &[]), spawn(1, "plain", &id, &[]));
     let (a, b) = (wait_output(a), wait_output(b));
     assert!(a.contains("via SHM/direct") && b.contains("via SHM/direct"), "expected SHM:\n{a}\n{b}");
+    for out in [&a, &b] {
+        assert!(out.contains("Node area: 2 ranks"), "expected a node area:\n{out}");
+        assert!(out.contains("SHM: mapped"), "expected the peer's ncclMemAlloc buffers mapped:\n{out}");
+        assert!(out.contains("ncclMemAlloc all-reduces OK"), "{out}");
+    }
     // Different NCCL_HOSTID: the ranks believe they are on different hosts and use sockets.
     let id = unique_id();
     let (a, b) =
         (spawn(0, "plain", &id, &[("NCCL_HOSTID", "hostA")]), spawn(1, "plain", &id, &[("NCCL_HOSTID", "hostB")]));
     let (a, b) = (wait_output(a), wait_output(b));
     assert!(a.contains("via NET/Socket/0") && !a.contains("SHM/direct"), "expected sockets:\n{a}");
+    assert!(!a.contains("Node area: 2 ranks"), "ranks on different hosts share no node area:\n{a}");
     assert!(b.contains("via NET/Socket/0"), "expected sockets:\n{b}");
     // NCCL_SHM_DISABLE=1 falls back to sockets too.
     let id = unique_id();

@@ -1,0 +1,60 @@
+//! Node-level all-reduce (one shared area for all ranks of a host) end to end, checked by the
+//! benchmark's nccl-tests data check: every type and operator, sizes on both sides of each
+//! algorithm's threshold, in and out of place, with ncclMemAlloc buffers (mapped by the peers)
+//! and plain ones (kernel copies), with the node area on and off.
+
+use std::process::{Command, Output};
+
+const BENCH: &str = env!("CARGO_BIN_EXE_ferroccl-bench");
+
+/// Sizes from 8 B to 1 MiB by 8: one-shot (<= 16 KiB), rings in between, direct (>= 256 KiB).
+const SWEEP: &[&str] =
+    &["all_reduce", "-b", "8", "-e", "1M", "-f", "8", "-o", "all", "-d", "all", "-n", "1", "-w", "0", "-c", "1"];
+
+fn run(mut cmd: Command) -> String {
+    cmd.env("NCCL_DEBUG", "INFO").env("NCCL_DEBUG_SUBSYS", "SHM").env("NCCL_SOCKET_IFNAME", "lo");
+    let out: Output = cmd.output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{cmd:?} failed:\n{text}");
+    assert!(text.contains("# Out of bounds values : 0 OK"), "{text}");
+    text
+}
+
+fn threads(ranks: &str, extra: &[&str], node: bool) -> String {
+    let mut cmd = Command::new(BENCH);
+    cmd.args(SWEEP).args(["-t", ranks]).args(extra).env("FERROCCL_NODE_COLL", if node { "1" } else { "0" });
+    run(cmd)
+}
+
+#[test]
+fn ranks_as_threads_with_and_without_the_node_area() {
+    let on = threads("3", &[], true);
+    assert!(on.contains("Node area: 3 ranks"), "{on}");
+    let off = threads("3", &["--host-alloc"], false);
+    assert!(!off.contains("Node area: 3 ranks") && off.contains("disabled by FERROCCL_NODE_COLL"), "{off}");
+}
+
+#[test]
+#[cfg(feature = "mpi")]
+fn ranks_as_processes_map_ncclmemalloc_buffers_or_copy_plain_ones() {
+    if Command::new("mpirun").arg("--version").output().is_err() {
+        println!("skipped: no mpirun");
+        return;
+    }
+    for extra in [&[][..], &["--host-alloc"][..]] {
+        let mut cmd = Command::new("timeout");
+        cmd.args(["300", "mpirun", "-np", "3", "--oversubscribe", "--bind-to", "none", "-x", "NCCL_DEBUG", "-x"])
+            .args(["NCCL_DEBUG_SUBSYS", "-x", "NCCL_SOCKET_IFNAME", BENCH])
+            .args(SWEEP)
+            .args(extra)
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        let out = run(cmd);
+        assert_eq!(out.matches("Node area: 3 ranks").count(), 3, "{out}");
+        if extra.is_empty() {
+            assert!(out.contains("SHM: mapped"), "ncclMemAlloc buffers are mapped by the peers:\n{out}");
+        } else {
+            assert!(!out.contains("SHM: mapped"), "plain buffers cannot be mapped:\n{out}");
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! All-reduce among ranks that all live on this host, synchronised through the node area
+//! (`transport::node_area`) instead of messages.
+//!
+//! - **One-shot** (small messages): every rank copies its input into its slot of the shared
+//!   area and raises its `Arrived` counter; every rank then folds all inputs, in rank order,
+//!   into its own result. One round instead of log2(n), and no rank waits for another's
+//!   partial result.
+//! - **Direct** (large messages): every rank publishes where its buffers are; rank r reduces
+//!   slice r of all inputs (in rank order) and writes the result into every rank's receive
+//!   buffer. Buffers from ncclMemAlloc, or of ranks in this process, are read and written in
+//!   place (no copy at all); others through one kernel copy each way. Each rank reads and
+//!   writes the message once, where a ring moves it twice.
+//!
+//! Both are state machines the executor polls (`progress` never blocks), so one thread can
+//! drive the ranks of several communicators, and each rank folds the same inputs in the same
+//! order, so every rank gets the same bits.
+
+use super::reduce::{Pre, Reduction};
+use crate::error::{Error, Result};
+use crate::transport::node_area::{BufDesc, Counter, NodeArea, PeerBuf, SMALL_BYTES};
+use crate::transport::peer_mem;
+
+/// Largest message (bytes) the one-shot algorithm takes.
+pub const ONE_SHOT_MAX: usize = 16 << 10;
+/// Smallest message (bytes) the direct algorithm takes.
+pub const DIRECT_MIN: usize = 256 << 10;
+/// Bytes reduced at a time: the partial result and one input stay in cache.
+const PIECE: usize = 64 << 10;
+
+const _: () = assert!(ONE_SHOT_MAX <= SMALL_BYTES);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeAlgo {
+    OneShot,
+    Direct,
+}
+
+impl NodeAlgo {
+    /// The algorithm for an all-reduce of `bytes` on a communicator with a node area, if one.
+    pub fn for_all_reduce(bytes: usize) -> Option<NodeAlgo> {
+        match bytes {
+            0 => None,
+            b if b <= ONE_SHOT_MAX => Some(NodeAlgo::OneShot),
+            b if b >= DIRECT_MIN => Some(NodeAlgo::Direct),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeAlgo::OneShot => "node-oneshot",
+            NodeAlgo::Direct => "node-direct",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Start,
+    /// One-shot: waiting until every rank is done with the slot this operation reuses.
+    WaitSlot,
+    WaitArrived,
+    /// Direct: waiting until every rank has written its slice everywhere.
+    WaitLeft,
+    Done,
+}
+
+/// One all-reduce in progress.
+pub struct NodeOp {
+    algo: NodeAlgo,
+    send: *const u8,
+    recv: *mut u8,
+    bytes: usize,
+    reduction: Reduction,
+    seq: u64,
+    phase: Phase,
+}
+
+// SAFETY: carries the user's buffer addresses, valid until the operation completes (API
+// contract), whichever thread progresses it.
+unsafe impl Send for NodeOp {}
+
+impl NodeOp {
+    pub fn new(algo: NodeAlgo, send: *const u8, recv: *mut u8, bytes: usize, reduction: Reduction) -> NodeOp {
+        NodeOp { algo, send, recv, bytes, reduction, seq: 0, phase: Phase::Start }
+    }
+
+    pub fn algo(&self) -> NodeAlgo {
+        self.algo
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.phase == Phase::Done
+    }
+
+    /// Advances as far as possible without waiting; `true` when something moved.
+    pub fn progress(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>) -> Result<bool> {
+        let before = self.phase;
+        match self.algo {
+            NodeAlgo::OneShot => self.one_shot(area)?,
+            NodeAlgo::Direct => self.direct(area, scratch)?,
+        }
+        Ok(self.phase != before)
+    }
+
+    fn one_shot(&mut self, area: &mut NodeArea) -> Result<()> {
+        let (me, n) = (area.rank(), area.nranks());
+        if self.phase == Phase::Start {
+            self.seq = area.next_seq();
+            self.phase = Phase::WaitSlot;
+        }
+        if self.phase == Phase::WaitSlot {
+            // The slot of this parity last held operation seq - 2: every rank must be done
+            // reading it.
+            if !area.all_reached(Counter::Left, self.seq.saturating_sub(2))? {
+                return Ok(());
+            }
+            // Our own input enters scaled by our own PreMulSum scalar (ranks' scalars differ).
+            // SAFETY: our own slot, SMALL_BYTES >= ONE_SHOT_MAX >= bytes, which no rank reads
+            // until we mark Arrived; the send buffer is the caller's, valid for `bytes`, and
+            // cannot overlap the shared slot.
+            let (slot, input) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(area.small_slot(me, self.seq), self.bytes),
+                    std::slice::from_raw_parts(self.send, self.bytes),
+                )
+            };
+            self.reduction.prepare(slot, input)?;
+            area.mark(Counter::Arrived, self.seq);
+            self.phase = Phase::WaitArrived;
+        }
+        if self.phase == Phase::WaitArrived {
+            if !area.all_reached(Counter::Arrived, self.seq)? {
+                return Ok(());
+            }
+            // SAFETY: the caller's receive buffer, ours alone until the operation completes.
+            let out = unsafe { std::slice::from_raw_parts_mut(self.recv, self.bytes) };
+            for r in 0..n {
+                // SAFETY: rank r's slot holds this operation's input (its Arrived counter
+                // reached seq, with Release) and is not rewritten before we mark Left.
+                let input = unsafe { std::slice::from_raw_parts(area.small_slot(r, self.seq), self.bytes) };
+                if r == 0 {
+                    out.copy_from_slice(input);
+                } else {
+                    self.reduction.accumulate(out, input)?;
+                }
+            }
+            self.reduction.finalize(out)?;
+            area.mark(Counter::Left, self.seq);
+            self.phase = Phase::Done;
+        }
+        Ok(())
+    }
+
+    fn direct(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>) -> Result<()> {
+        let (me, n) = (area.rank(), area.nranks());
+        if self.phase == Phase::Start {
+            self.seq = area.next_seq();
+            let pre = match self.reduction.pre {
+                Pre::Mul(s) => Some(s),
+                Pre::None => None,
+            };
+            area.publish(BufDesc::of(self.send, self.bytes), BufDesc::of(self.recv, self.bytes), pre);
+            area.mark(Counter::Arrived, self.seq);
+            self.phase = Phase::WaitArrived;
+        }
+        if self.phase == Phase::WaitArrived {
+            if !area.all_reached(Counter::Arrived, self.seq)? {
+                return Ok(());
+            }
+            let inputs: Vec<PeerBuf> = (0..n).map(|r| area.peer_buf(r, 0, self.bytes)).collect();
+            let outputs: Vec<PeerBuf> = (0..n).map(|r| area.peer_buf(r, 1, self.bytes)).collect();
+            // Each input is scaled by its own rank's PreMulSum scalar.
+            let reductions: Vec<Reduction> = (0..n)
+                .map(|r| Reduction { pre: area.peer_pre_scalar(r).map_or(Pre::None, Pre::Mul), ..self.reduction })
+                .collect();
+            let (lo, hi) = slice_of(self.bytes, self.reduction.dtype.size(), me, n);
+            let words = PIECE / 8;
+            scratch.resize(2 * words, 0);
+            let (acc_words, in_words) = scratch.split_at_mut(words);
+            let acc_all = as_bytes_mut(acc_words);
+            let staged_all = as_bytes_mut(in_words);
+            let mut off = lo;
+            while off < hi {
+                let len = PIECE.min(hi - off);
+                let acc = &mut acc_all[..len];
+                for (r, input) in inputs.iter().enumerate() {
+                    let piece: &[u8] = match *input {
+                        // SAFETY: rank r's send buffer (or ours) is live and unwritten until every
+                        // rank marks Left; off + len <= bytes.
+                        PeerBuf::Direct(p) => unsafe { std::slice::from_raw_parts(p.add(off), len) },
+                        PeerBuf::Remote { pid, addr } => {
+                            peer_mem::read_remote(pid, addr + off as u64, &mut staged_all[..len])?;
+                            &staged_all[..len]
+                        }
+                    };
+                    fold(&reductions[r], acc, piece, r == 0)?;
+                }
+                self.reduction.finalize(acc)?;
+                // Write the result into every rank's receive buffer, starting with the next
+                // rank so that not every rank writes to rank 0 first.
+                for k in 0..n {
+                    let r = (me + k) % n;
+                    match outputs[r] {
+                        // SAFETY: slice [lo, hi) of every receive buffer is written by this
+                        // rank only, and read by nobody until all ranks mark Left. In place,
+                        // it is also rank r's input for this slice, which only this rank
+                        // reads, and it already did (for this piece) above.
+                        PeerBuf::Direct(p) => unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), p.add(off), len) },
+                        PeerBuf::Remote { pid, addr } => write_remote(pid, addr + off as u64, acc)?,
+                    }
+                }
+                off += len;
+            }
+            area.mark(Counter::Left, self.seq);
+            self.phase = Phase::WaitLeft;
+        }
+        if self.phase == Phase::WaitLeft {
+            // Others still write into our receive buffer and read our send buffer until then.
+            if !area.all_reached(Counter::Left, self.seq)? {
+                return Ok(());
+            }
+            self.phase = Phase::Done;
+        }
+        Ok(())
+    }
+}
+
+/// Folds one input into the running result: `acc = pre(input)` for the first rank, else
+/// `acc = acc (op) pre(input)`.
+fn fold(red: &Reduction, acc: &mut [u8], input: &[u8], first: bool) -> Result<()> {
+    if first {
+        return red.prepare(acc, input);
+    }
+    if !red.has_pre() {
+        return red.accumulate(acc, input);
+    }
+    // acc (op) pre(input), piecewise through a stack buffer.
+    let mut buf = [0u64; 512];
+    let step = buf.len() * 8;
+    let mut off = 0;
+    while off < acc.len() {
+        let len = step.min(acc.len() - off);
+        let tmp = &mut as_bytes_mut(&mut buf)[..len];
+        red.prepare(tmp, &input[off..off + len])?;
+        red.accumulate(&mut acc[off..off + len], tmp)?;
+        off += len;
+    }
+    Ok(())
+}
+
+/// Byte range of `rank`'s slice of a `bytes`-byte message: whole elements, in 64-byte
+/// multiples where possible so that no two ranks write one cache line.
+fn slice_of(bytes: usize, elem: usize, rank: usize, n: usize) -> (usize, usize) {
+    let unit = 64usize.max(elem);
+    let units = bytes.div_ceil(unit);
+    let bound = |r: usize| ((units * r / n) * unit).min(bytes);
+    (bound(rank), bound(rank + 1))
+}
+
+fn as_bytes_mut(words: &mut [u64]) -> &mut [u8] {
+    // SAFETY: u64 storage viewed as bytes; same allocation and length in bytes.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, words.len() * 8) }
+}
+
+/// Writes `data` at `addr` in process `pid` (the peer's receive buffer).
+fn write_remote(pid: u32, addr: u64, data: &[u8]) -> Result<()> {
+    let mut done = 0;
+    while done < data.len() {
+        let local = libc::iovec { iov_base: data[done..].as_ptr() as *mut libc::c_void, iov_len: data.len() - done };
+        let remote = libc::iovec { iov_base: (addr as usize + done) as *mut libc::c_void, iov_len: data.len() - done };
+        // SAFETY: `local` is our own readable buffer; the kernel checks the remote range.
+        let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if n <= 0 {
+            return Err(Error::remote(format!("process_vm_writev to pid {pid}: {}", std::io::Error::last_os_error())));
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slices_cover_the_message_once_in_whole_elements() {
+        for &(bytes, elem, n) in &[(1000usize, 4usize, 3usize), (64, 8, 4), (1 << 20, 2, 16), (12, 4, 5)] {
+            let mut next = 0;
+            for r in 0..n {
+                let (lo, hi) = slice_of(bytes, elem, r, n);
+                assert_eq!(lo, next, "contiguous");
+                assert!(hi >= lo && lo % elem == 0 && hi % elem == 0 || hi == bytes);
+                next = hi;
+            }
+            assert_eq!(next, bytes);
+        }
+    }
+
+    #[test]
+    fn algorithm_follows_size() {
+        assert_eq!(NodeAlgo::for_all_reduce(0), None);
+        assert_eq!(NodeAlgo::for_all_reduce(8), Some(NodeAlgo::OneShot));
+        assert_eq!(NodeAlgo::for_all_reduce(ONE_SHOT_MAX + 1), None);
+        assert_eq!(NodeAlgo::for_all_reduce(DIRECT_MIN), Some(NodeAlgo::Direct));
+    }
+}

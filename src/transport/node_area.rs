@@ -1,0 +1,363 @@
+//! A communicator's shared control area, when all of its ranks live on this host.
+//!
+//! One memfd, created by rank 0 and opened by the others through `/proc/<pid>/fd/<fd>`
+//! (the same access rule as cross-memory attach), so a crash leaves nothing in /dev/shm. It
+//! holds, per rank, a few sequence counters on their own cache lines, a descriptor of the
+//! rank's current buffers, and two small data slots. Node-level algorithms (`coll::node`)
+//! synchronise through it instead of exchanging messages: one cache-line write tells every
+//! rank at once.
+//!
+//! Waiting on a counter has no descriptor to sleep on, so the area watches the peer
+//! processes themselves (pidfds): a rank that dies turns every wait on it into an error.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::peer_mem::{self, PeerMaps, SharedRef};
+use crate::bootstrap::Bootstrap;
+use crate::error::{Error, Result};
+
+const AREA_MAGIC: u64 = 0x4665_7272_6f4e_6f64;
+const HEADER_BYTES: usize = 4096;
+/// Per-rank control block: three counters on their own cache lines, then the descriptor.
+const CTRL_BYTES: usize = 512;
+/// Bytes of each of a rank's two small-data slots.
+pub const SMALL_BYTES: usize = 64 << 10;
+/// Idle polls between liveness checks of the peers.
+const LIVENESS_EVERY: u32 = 1 << 14;
+
+/// A per-rank sequence counter. Each holds the number of the last node operation for which
+/// the rank reached that point; operations are numbered from 1 in call order, which is the
+/// same on every rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// Input published (small slot filled, or descriptor written).
+    Arrived = 0,
+    /// Done with every peer's memory for that operation.
+    Left = 1,
+}
+
+/// Words of the descriptor: send and receive buffer, each as address, then (fd, serial,
+/// size, offset) of its ncclMemAlloc allocation (fd -1: none); then whether the rank
+/// pre-scales its input, and the scalar's bytes (PreMulSum scalars differ per rank).
+const DESC_WORDS: usize = 12;
+
+/// Where a rank's buffer is, as published for its peers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufDesc {
+    pub addr: u64,
+    pub shared: Option<SharedRef>,
+}
+
+impl BufDesc {
+    pub fn of(addr: *const u8, len: usize) -> BufDesc {
+        BufDesc { addr: addr as u64, shared: peer_mem::locate(addr as usize, len) }
+    }
+}
+
+/// How this rank reaches a peer's buffer.
+#[derive(Clone, Copy, Debug)]
+pub enum PeerBuf {
+    /// Addressable here: the same process, or an allocation mapped into this one.
+    Direct(*mut u8),
+    /// Only by a kernel copy from process `pid`.
+    Remote { pid: u32, addr: u64 },
+}
+
+pub struct NodeArea {
+    base: *mut u8,
+    len: usize,
+    _fd: OwnedFd,
+    rank: usize,
+    nranks: usize,
+    pids: Vec<u32>,
+    /// Per peer in another process, a pidfd that becomes readable when it exits.
+    pidfds: Vec<Option<OwnedFd>>,
+    maps: PeerMaps,
+    /// Node operations started on this rank.
+    started: u64,
+    idle: u32,
+}
+
+// SAFETY: the mapping is shared memory accessed only through atomics and the node
+// algorithms' publication protocol; the owning communicator serialises its users.
+unsafe impl Send for NodeArea {}
+
+fn area_bytes(nranks: usize) -> usize {
+    HEADER_BYTES + (nranks * CTRL_BYTES).next_multiple_of(4096) + nranks * 2 * SMALL_BYTES
+}
+
+impl NodeArea {
+    /// Sets the area up across all ranks of a communicator whose ranks are all on this host
+    /// (every rank must call it, in the same bootstrap order). `wanted` is this rank's
+    /// opinion (configuration); the area exists only when every rank wants and reaches it.
+    pub fn establish(bootstrap: &mut Bootstrap, magic: u64, pids: &[u32], wanted: bool) -> Result<Option<NodeArea>> {
+        let (rank, nranks) = (bootstrap.rank(), bootstrap.nranks());
+        let len = area_bytes(nranks);
+        let created = if rank == 0 && wanted { Some(create(len, magic, nranks)) } else { None };
+        let fd_word: i64 = match &created {
+            Some(Ok(fd)) => fd.as_raw_fd() as i64,
+            _ => -1,
+        };
+        let fds = bootstrap.all_gather(&fd_word.to_le_bytes())?;
+        let root_fd = i64::from_le_bytes(fds[..8].try_into().expect("8 bytes"));
+        let attached: std::result::Result<NodeArea, String> = if !wanted {
+            Err("disabled by FERROCCL_NODE_COLL".into())
+        } else if root_fd < 0 {
+            Err(match created {
+                Some(Err(e)) => e.to_string(),
+                _ => "rank 0 did not create it".into(),
+            })
+        } else {
+            match created {
+                Some(Ok(fd)) => Ok(fd),
+                _ => peer_mem::open_peer_fd(pids[0], root_fd as i32, len as u64).map_err(|e| e.to_string()),
+            }
+            .and_then(|fd| NodeArea::attach(fd, len, rank, nranks, magic, pids).map_err(|e| e.to_string()))
+        };
+        let ok = bootstrap.all_gather(&[attached.is_ok() as u8])?;
+        match attached {
+            Ok(area) if ok.iter().all(|&b| b == 1) => {
+                log::info!(target: "SHM", "Node area: {nranks} ranks synchronise through shared memory ({len} bytes)");
+                Ok(Some(area))
+            }
+            Ok(_) => {
+                let missing: Vec<usize> = ok.iter().enumerate().filter(|(_, &b)| b != 1).map(|(r, _)| r).collect();
+                log::info!(target: "SHM", "Node area: not used, ranks {missing:?} could not attach");
+                Ok(None)
+            }
+            Err(why) => {
+                log::info!(target: "SHM", "Node area: not used on rank {rank}: {why}");
+                Ok(None)
+            }
+        }
+    }
+
+    fn attach(fd: OwnedFd, len: usize, rank: usize, nranks: usize, magic: u64, pids: &[u32]) -> io::Result<NodeArea> {
+        // SAFETY: a shared mapping of a file of at least `len` bytes (created so, or checked
+        // by open_peer_fd).
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let me = std::process::id();
+        let mut pidfds = Vec::with_capacity(nranks);
+        for &pid in pids {
+            pidfds.push(if pid == me { None } else { Some(pidfd_open(pid)?) });
+        }
+        let area = NodeArea {
+            base: base as *mut u8,
+            len,
+            _fd: fd,
+            rank,
+            nranks,
+            pids: pids.to_vec(),
+            pidfds,
+            maps: PeerMaps::default(),
+            started: 0,
+            idle: 0,
+        };
+        if area.header(0).load(Ordering::Acquire) != AREA_MAGIC
+            || area.header(1).load(Ordering::Relaxed) != nranks as u64
+            || area.header(2).load(Ordering::Relaxed) != magic
+        {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "node area belongs to another communicator"));
+        }
+        Ok(area)
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn nranks(&self) -> usize {
+        self.nranks
+    }
+
+    /// Numbers the next node operation (1, 2, ...: the same sequence on every rank).
+    pub fn next_seq(&mut self) -> u64 {
+        self.started += 1;
+        self.started
+    }
+
+    fn header(&self, word: usize) -> &AtomicU64 {
+        debug_assert!(word * 8 < HEADER_BYTES);
+        // SAFETY: inside the header page, 8-aligned, only accessed atomically.
+        unsafe { &*(self.base.add(word * 8) as *const AtomicU64) }
+    }
+
+    fn ctrl_word(&self, rank: usize, offset: usize) -> &AtomicU64 {
+        debug_assert!(rank < self.nranks && offset + 8 <= CTRL_BYTES && offset % 8 == 0);
+        // SAFETY: inside rank's control block (the mapping holds nranks of them), 8-aligned,
+        // only accessed atomically.
+        unsafe { &*(self.base.add(HEADER_BYTES + rank * CTRL_BYTES + offset) as *const AtomicU64) }
+    }
+
+    fn counter(&self, rank: usize, c: Counter) -> &AtomicU64 {
+        self.ctrl_word(rank, c as usize * 64)
+    }
+
+    /// Records that this rank reached `c` in operation `seq` (after its writes before it).
+    pub fn mark(&self, c: Counter, seq: u64) {
+        self.counter(self.rank, c).store(seq, Ordering::Release);
+    }
+
+    /// Whether every rank reached `c` in operation `seq` or later (and its writes before
+    /// that are visible). Checks now and then that the ranks still live.
+    pub fn all_reached(&mut self, c: Counter, seq: u64) -> Result<bool> {
+        for r in 0..self.nranks {
+            if self.counter(r, c).load(Ordering::Acquire) < seq {
+                self.note_idle()?;
+                return Ok(false);
+            }
+        }
+        self.idle = 0;
+        Ok(true)
+    }
+
+    fn note_idle(&mut self) -> Result<()> {
+        self.idle = self.idle.wrapping_add(1);
+        if self.idle % LIVENESS_EVERY == 0 {
+            self.check_alive()?;
+        }
+        Ok(())
+    }
+
+    /// Fails when a peer process has exited.
+    pub fn check_alive(&self) -> Result<()> {
+        for (r, fd) in self.pidfds.iter().enumerate() {
+            let Some(fd) = fd else { continue };
+            let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd; zero timeout.
+            if unsafe { libc::poll(&mut pfd, 1, 0) } > 0 {
+                return Err(Error::remote(format!("rank {r} (pid {}) exited during a node collective", self.pids[r])));
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes this rank's buffers and input scalar (before marking `Arrived`).
+    pub fn publish(&self, send: BufDesc, recv: BufDesc, pre_scalar: Option<[u8; 8]>) {
+        let mut w = [0u64; DESC_WORDS];
+        if let Some(s) = pre_scalar {
+            w[10] = 1;
+            w[11] = u64::from_ne_bytes(s);
+        }
+        for (i, d) in [send, recv].iter().enumerate() {
+            let o = i * 5;
+            w[o] = d.addr;
+            match d.shared {
+                Some(s) => {
+                    w[o + 1] = s.fd as u32 as u64;
+                    w[o + 2] = s.serial;
+                    w[o + 3] = s.size;
+                    w[o + 4] = s.offset;
+                }
+                None => w[o + 1] = u64::MAX,
+            }
+        }
+        for (i, v) in w.iter().enumerate() {
+            self.ctrl_word(self.rank, 192 + i * 8).store(*v, Ordering::Relaxed);
+        }
+    }
+
+    /// How this rank reaches `rank`'s send (`which == 0`) or receive buffer, `len` bytes
+    /// from its start, as published for the current operation.
+    pub fn peer_buf(&mut self, rank: usize, which: usize, len: usize) -> PeerBuf {
+        let o = 192 + which * 40;
+        let word = |i: usize| self.ctrl_word(rank, o + i * 8).load(Ordering::Relaxed);
+        let addr = word(0);
+        let pid = self.pids[rank];
+        if pid == std::process::id() {
+            return PeerBuf::Direct(addr as usize as *mut u8);
+        }
+        let fd = word(1);
+        if fd != u64::MAX {
+            let r = SharedRef { fd: fd as u32 as i32, serial: word(2), size: word(3), offset: word(4) };
+            if r.offset.checked_add(len as u64).is_some_and(|end| end <= r.size) {
+                if let Some(p) = self.maps.resolve(pid, &r) {
+                    return PeerBuf::Direct(p);
+                }
+            }
+        }
+        PeerBuf::Remote { pid, addr }
+    }
+
+    /// The scalar `rank` multiplies its input by (PreMulSum), as published.
+    pub fn peer_pre_scalar(&self, rank: usize) -> Option<[u8; 8]> {
+        let flag = self.ctrl_word(rank, 192 + 10 * 8).load(Ordering::Relaxed);
+        (flag == 1).then(|| self.ctrl_word(rank, 192 + 11 * 8).load(Ordering::Relaxed).to_ne_bytes())
+    }
+
+    /// A rank's small-data slot for operations of parity `parity`.
+    pub fn small_slot(&self, rank: usize, parity: u64) -> *mut u8 {
+        let data = HEADER_BYTES + (self.nranks * CTRL_BYTES).next_multiple_of(4096);
+        let off = data + (rank * 2 + (parity & 1) as usize) * SMALL_BYTES;
+        debug_assert!(off + SMALL_BYTES <= self.len);
+        self.base.wrapping_add(off)
+    }
+}
+
+impl Drop for NodeArea {
+    fn drop(&mut self) {
+        // SAFETY: base/len are the mapping made in attach, unmapped once.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
+
+fn create(len: usize, magic: u64, nranks: usize) -> io::Result<OwnedFd> {
+    // SAFETY: memfd_create with a static NUL-terminated name; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"ferroccl-node".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor that we own from here on.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: fd is valid; len is a small constant multiple of nranks.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: mapping the first page of a file of `len` bytes, to write the header.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            HEADER_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the header page just mapped; words written atomically, then unmapped once.
+    unsafe {
+        let w = |i: usize| &*((p as *mut u8).add(i * 8) as *const AtomicU64);
+        w(1).store(nranks as u64, Ordering::Relaxed);
+        w(2).store(magic, Ordering::Relaxed);
+        w(0).store(AREA_MAGIC, Ordering::Release);
+        libc::munmap(p, HEADER_BYTES);
+    }
+    Ok(fd)
+}
+
+fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags; the result is checked.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor that we own from here on.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}

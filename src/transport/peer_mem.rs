@@ -1,0 +1,243 @@
+//! Reaching another rank's memory on this host without a message.
+//!
+//! - [`alloc_shared`] backs ncclMemAlloc: each allocation is its own memfd mapped shared, so a
+//!   peer process can map the same pages and read or write the buffer in place (the host
+//!   analogue of CUDA IPC handles). [`locate`] finds the allocation behind a user pointer.
+//! - [`PeerMaps`] maps such allocations of peer processes, found by the descriptor the owner
+//!   publishes ([`SharedRef`]), through `/proc/<pid>/fd/<fd>`.
+//! - [`read_remote`] is the fallback for any other memory: one kernel copy
+//!   (`process_vm_readv`, Linux cross-memory attach).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use crate::error::{Error, Result};
+
+/// One ncclMemAlloc allocation.
+struct SharedAlloc {
+    fd: OwnedFd,
+    size: usize,
+    /// Unique in this process: descriptor numbers are reused after a free, serials are not.
+    serial: u64,
+}
+
+fn allocations() -> MutexGuard<'static, BTreeMap<usize, SharedAlloc>> {
+    static A: OnceLock<Mutex<BTreeMap<usize, SharedAlloc>>> = OnceLock::new();
+    A.get_or_init(|| Mutex::new(BTreeMap::new())).lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Allocates `size` bytes (at least one page) of page-aligned memory that peer processes on
+/// this host can map.
+pub fn alloc_shared(size: usize) -> Result<*mut u8> {
+    static SERIAL: AtomicU64 = AtomicU64::new(1);
+    let len = size.max(1).next_multiple_of(page_size());
+    // SAFETY: memfd_create with a static NUL-terminated name; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"ferroccl-mem".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(Error::system("memfd_create for ncclMemAlloc", io::Error::last_os_error()));
+    }
+    // SAFETY: a fresh descriptor that we own from here on.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: fd is valid; len fits off_t for any size a process can map.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+        return Err(Error::system(format!("ncclMemAlloc of {size} bytes"), io::Error::last_os_error()));
+    }
+    let base = map_fd(&fd, len).map_err(|e| Error::system(format!("ncclMemAlloc of {size} bytes"), e))?;
+    let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
+    allocations().insert(base as usize, SharedAlloc { fd, size: len, serial });
+    Ok(base)
+}
+
+/// Frees an allocation from [`alloc_shared`]; `false` when `ptr` is not one.
+pub fn free_shared(ptr: *mut u8) -> bool {
+    let Some(a) = allocations().remove(&(ptr as usize)) else { return false };
+    // SAFETY: ptr/size are exactly the mapping made in alloc_shared, removed from the table
+    // above, so it is unmapped once.
+    unsafe { libc::munmap(ptr as *mut libc::c_void, a.size) };
+    true
+}
+
+/// Where a buffer lies inside an ncclMemAlloc allocation, as a peer needs to map it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedRef {
+    pub fd: i32,
+    pub serial: u64,
+    pub size: u64,
+    pub offset: u64,
+}
+
+/// The allocation holding all of `addr..addr+len`, if any.
+pub fn locate(addr: usize, len: usize) -> Option<SharedRef> {
+    let allocs = allocations();
+    let (&base, a) = allocs.range(..=addr).next_back()?;
+    let end = addr.checked_add(len)?;
+    (end <= base + a.size).then(|| SharedRef {
+        fd: a.fd.as_raw_fd(),
+        serial: a.serial,
+        size: a.size as u64,
+        offset: (addr - base) as u64,
+    })
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no memory effects.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+fn map_fd(fd: &OwnedFd, len: usize) -> io::Result<*mut u8> {
+    // SAFETY: a shared read-write mapping of a file we hold, of `len` bytes (the file is at
+    // least that long: created so, or checked with fstat by the caller).
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(p as *mut u8)
+}
+
+/// Opens a descriptor of another process (same user, ptrace read access), checking that
+/// the file it names has at least `min_size` bytes.
+pub fn open_peer_fd(pid: u32, fd: i32, min_size: u64) -> io::Result<OwnedFd> {
+    let path = std::ffi::CString::new(format!("/proc/{pid}/fd/{fd}")).expect("no NUL in a path of numbers");
+    // SAFETY: a NUL-terminated path; the result is checked.
+    let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor that we own from here on.
+    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: libc::stat is plain old data; all-zero is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: owned is valid and st is a writable stat buffer.
+    if unsafe { libc::fstat(owned.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if (st.st_size as u64) < min_size {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("/proc/{pid}/fd/{fd} is smaller than announced"),
+        ));
+    }
+    Ok(owned)
+}
+
+/// A peer's allocation mapped here.
+struct Mapping {
+    base: *mut u8,
+    size: usize,
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: base/size are a mapping made by map_fd, owned by this value only.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.size) };
+    }
+}
+
+/// Mappings of peer processes' ncclMemAlloc allocations, made on first use. Bounded: a peer
+/// that allocates and frees buffers in a loop would otherwise keep its freed memory alive here.
+#[derive(Default)]
+pub struct PeerMaps {
+    maps: HashMap<(u32, u64), Mapping>,
+    order: VecDeque<(u32, u64)>,
+    /// Allocations that could not be mapped (fall back to copies; asked again never).
+    refused: HashMap<(u32, u64), ()>,
+}
+
+// SAFETY: the mappings are plain shared memory; the owning communicator serialises access.
+unsafe impl Send for PeerMaps {}
+
+/// Mappings kept per communicator before the oldest is unmapped.
+const MAX_PEER_MAPS: usize = 64;
+
+impl PeerMaps {
+    /// The address of `r` in process `pid`, mapped into this process, or `None` when it cannot
+    /// be mapped (the caller copies through [`read_remote`] instead).
+    pub fn resolve(&mut self, pid: u32, r: &SharedRef) -> Option<*mut u8> {
+        let key = (pid, r.serial);
+        if let Some(m) = self.maps.get(&key) {
+            return (r.offset < m.size as u64).then(|| m.base.wrapping_add(r.offset as usize));
+        }
+        if self.refused.contains_key(&key) {
+            return None;
+        }
+        let mapped = open_peer_fd(pid, r.fd, r.size).and_then(|fd| map_fd(&fd, r.size as usize));
+        match mapped {
+            Ok(base) => {
+                if self.order.len() >= MAX_PEER_MAPS {
+                    if let Some(old) = self.order.pop_front() {
+                        self.maps.remove(&old);
+                    }
+                }
+                log::info!(target: "SHM", "SHM: mapped {} bytes of pid {pid}'s ncclMemAlloc memory", r.size);
+                self.maps.insert(key, Mapping { base, size: r.size as usize });
+                self.order.push_back(key);
+                Some(base.wrapping_add(r.offset as usize))
+            }
+            Err(e) => {
+                log::info!(target: "SHM", "cannot map pid {pid}'s ncclMemAlloc memory ({e}); copying instead");
+                self.refused.insert(key, ());
+                None
+            }
+        }
+    }
+}
+
+/// Reads `out.len()` bytes at `addr` in process `pid`.
+pub fn read_remote(pid: u32, addr: u64, out: &mut [u8]) -> Result<()> {
+    let mut done = 0;
+    while done < out.len() {
+        let local = libc::iovec { iov_base: out[done..].as_mut_ptr() as *mut libc::c_void, iov_len: out.len() - done };
+        let remote = libc::iovec { iov_base: (addr as usize + done) as *mut libc::c_void, iov_len: out.len() - done };
+        // SAFETY: `local` is our own writable buffer; the kernel checks the remote range.
+        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if n <= 0 {
+            return Err(Error::remote(format!("process_vm_readv from pid {pid}: {}", io::Error::last_os_error())));
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_allocation_is_located_mapped_again_and_freed() {
+        let p = alloc_shared(10_000).unwrap();
+        // SAFETY: p is a fresh allocation of at least 10 000 bytes.
+        unsafe { std::ptr::write_bytes(p, 0x5a, 10_000) };
+        let r = locate(p as usize + 100, 200).expect("inside the allocation");
+        assert_eq!(r.offset, 100);
+        assert!(locate(p as usize + 100, 1 << 20).is_none(), "runs past the end");
+        // This process can map its own allocation through /proc like a peer would.
+        let mut maps = PeerMaps::default();
+        let q = maps.resolve(std::process::id(), &r).expect("mappable");
+        // SAFETY: q points 100 bytes into a second mapping of the same pages.
+        unsafe {
+            assert_eq!(*q, 0x5a);
+            *q = 7;
+            assert_eq!(*p.add(100), 7, "both mappings show the same memory");
+        }
+        assert!(free_shared(p));
+        assert!(!free_shared(p), "a second free is refused");
+        assert!(locate(p as usize, 1).is_none());
+    }
+
+    #[test]
+    fn unknown_descriptor_is_refused_not_mapped() {
+        let mut maps = PeerMaps::default();
+        let bogus = SharedRef { fd: 1_000_000, serial: 9, size: 4096, offset: 0 };
+        assert!(maps.resolve(std::process::id(), &bogus).is_none());
+    }
+}
