@@ -31,6 +31,9 @@
 #   --ferroccl-bench PATH  use this binary instead of building it; --no-build: do not run cargo
 #                  (the binary is then looked up in $CARGO_TARGET_DIR/release)
 #   --keep-logs    keep the raw program outputs (PREFIX-logs/)
+#   --host-alloc   ferroccl-bench allocates its buffers with the system allocator, as ompi_bench
+#                  does, instead of ncclMemAlloc (nccl-tests' way, which ranks on one host map
+#                  and reduce in place)
 #
 # Environment: CARGO_TARGET_DIR (default <repo>/target), PYTHON (default python3; it needs only
 # the standard library for the report, and matplotlib for the PNG, which is skipped without it),
@@ -71,6 +74,7 @@ wait_max=600
 out=""
 timeout_s=900
 fbench=""
+fextra=()
 build=1
 keep_logs=0
 
@@ -94,6 +98,7 @@ while [ $# -gt 0 ]; do
         --ferroccl-bench) [ $# -ge 2 ] || die "--ferroccl-bench needs a path"; fbench=$2; build=0; shift 2 ;;
         --no-build) build=0; shift ;;
         --keep-logs) keep_logs=1; shift ;;
+        --host-alloc) fextra+=(--host-alloc); shift ;;
         -h|--help) usage; exit 0 ;;
         *) die "unknown argument: $1 (see --help)" ;;
     esac
@@ -216,13 +221,15 @@ launch=("$MPIRUN" --oversubscribe --bind-to none -x NCCL_SOCKET_IFNAME=lo)
 } >"$logs/meta.txt"
 
 # ferroccl's version line and transport, from a one-size run with NCCL_DEBUG=INFO.
-NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALL timeout 120 "${launch[@]}" -np 2 -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS "$fbench" all_reduce -b 8 -e 8 -n 1 -w 0 -c 0 \
-    >"$logs/probe.txt" 2>&1
+NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALL timeout 120 "${launch[@]}" -np 2 -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS "$fbench" all_reduce -b 1M -e 1M -n 1 -w 0 -c 0 \
+    "${fextra[@]}" >"$logs/probe.txt" 2>&1
 {
     echo "ferroccl_version=$(grep -m1 'NCCL INFO NCCL version' "$logs/probe.txt" | sed 's/.*NCCL INFO //')"
     echo "ferroccl_bench_version=$(grep -m1 '^# ferroccl-bench version' "$logs/probe.txt" | sed 's/^# //')"
     echo "ferroccl_transport=$(grep -o ' via [^ ]*' "$logs/probe.txt" | sed 's/^ via //' | sort | uniq -c |
         awk '{printf "%s%s (%s connections)", (NR > 1 ? ", " : ""), $2, $1}') at 2 ranks"
+    echo "ferroccl_node_area=$(grep -m1 -o 'Node area: .*' "$logs/probe.txt")"
+    echo "ferroccl_buffers=$(grep -m1 -o 'host memory from .*' "$logs/probe.txt" | sed 's/^host memory from //')"
     echo "ferroccl_transport_lines=$(grep -o 'Channel .* via .*' "$logs/probe.txt" | sort -u | paste -sd ';' -)"
 } >>"$logs/meta.txt"
 # Open MPI's point-to-point layer and shared-memory copy mechanism, as this launch selects them.
@@ -284,7 +291,7 @@ for n in "${nps[@]}"; do
             for k in "${!seg_b[@]}"; do
                 run_logged "ferroccl-$tag-seg$k" "${launch[@]}" -np "$n" "$fbench" "$coll" \
                     -b "${seg_b[k]}" -e "${seg_e[k]}" -f "$factor" -n "${seg_n[k]}" -w "${seg_w[k]}" \
-                    -c "$check" -J "$logs/ferroccl-$tag-seg$k.json"
+                    -c "$check" "${fextra[@]}" -J "$logs/ferroccl-$tag-seg$k.json"
             done
             run_logged "ompi-$tag" "${launch[@]}" -np "$n" "$obench" -C "$coll" \
                 -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" "${ompi_tiers[@]}" \
@@ -442,6 +449,8 @@ P(f"- Machine: {meta.get('host')}, {meta.get('cpu_model')}, {meta.get('cpus')} C
 P(f"- Load average at start / end: {meta.get('loadavg_start')} / {meta.get('loadavg_end')}")
 P(f"- ferroccl: {meta.get('ferroccl_version')} ({meta.get('ferroccl_bench_version')}), "
   f"git {meta.get('git_commit')}; transport: {meta.get('ferroccl_transport') or 'unknown'}")
+P(f"- ferroccl node area: {meta.get('ferroccl_node_area') or 'none'}; ferroccl-bench buffers from "
+  f"{meta.get('ferroccl_buffers') or '?'}, ompi_bench buffers from malloc")
 P(f"- Open MPI: {meta.get('ompi_version')} (default MCA settings: pml {meta.get('ompi_pml') or '?'}, "
   f"vader BTL single-copy mechanism {meta.get('ompi_vader_single_copy') or '?'}), "
   f"ompi_bench built with {meta.get('mpicc')}")
