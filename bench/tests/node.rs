@@ -7,7 +7,8 @@ use std::process::{Command, Output};
 
 const BENCH: &str = env!("CARGO_BIN_EXE_ferroccl-bench");
 
-/// Sizes from 8 B to 1 MiB by 8: one-shot (<= 16 KiB), rings in between, direct (>= 256 KiB).
+/// Sizes from 8 B to 1 MiB by 8: one-shot (<= 8 KiB) and direct (larger); rings and trees
+/// with the node area off.
 const SWEEP: &[&str] =
     &["all_reduce", "-b", "8", "-e", "1M", "-f", "8", "-o", "all", "-d", "all", "-n", "1", "-w", "0", "-c", "1"];
 

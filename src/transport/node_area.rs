@@ -23,7 +23,7 @@ const HEADER_BYTES: usize = 4096;
 /// Per-rank control block: three counters on their own cache lines, then the descriptor.
 const CTRL_BYTES: usize = 512;
 /// Bytes of each of a rank's two small-data slots.
-pub const SMALL_BYTES: usize = 64 << 10;
+pub const SMALL_BYTES: usize = 16 << 10;
 /// Idle polls between liveness checks of the peers.
 const LIVENESS_EVERY: u32 = 1 << 14;
 
