@@ -293,6 +293,11 @@ impl NodeArea {
         PeerBuf::Remote { pid, addr }
     }
 
+    /// Whether `rank` works in place (its send and receive buffers are the same address).
+    pub fn peer_in_place(&self, rank: usize) -> bool {
+        self.ctrl_word(rank, 192).load(Ordering::Relaxed) == self.ctrl_word(rank, 192 + 40).load(Ordering::Relaxed)
+    }
+
     /// The scalar `rank` multiplies its input by (PreMulSum), as published.
     pub fn peer_pre_scalar(&self, rank: usize) -> Option<[u8; 8]> {
         let flag = self.ctrl_word(rank, 192 + 10 * 8).load(Ordering::Relaxed);

@@ -49,6 +49,32 @@ fn init_all_driven_from_one_thread_with_groups() {
             assert_eq!(*v, (0..n).map(|r| (r * 3 + i % 7) as f32).sum::<f32>());
         }
     }
+    // Several all-reduces per communicator in one group, small (one-shot) and large (direct)
+    // in place, all driven by this thread: each rank's node operations run in call order.
+    let small: Vec<Vec<f32>> = (0..n).map(|r| vec![r as f32; 10]).collect();
+    let mut small_out = vec![vec![[0f32; 10]; 2]; n];
+    check(ncclGroupStart(), "group start");
+    for r in 0..n {
+        let (a, b) = small_out[r].split_at_mut(1);
+        for (send, recv, len) in [
+            (small[r].as_ptr(), a[0].as_mut_ptr(), 10),
+            (outputs[r].as_ptr(), outputs[r].as_mut_ptr(), count),
+            (small[r].as_ptr(), b[0].as_mut_ptr(), 10),
+        ] {
+            check(
+                ncclAllReduce(send.cast(), recv.cast(), len, ncclDataType_t(7), ncclRedOp_t(0), comms[r], S),
+                "allreduce",
+            );
+        }
+    }
+    check(ncclGroupEnd(), "group end");
+    let sum_ranks = (0..n).map(|r| r as f32).sum::<f32>();
+    for r in 0..n {
+        assert!(small_out[r].iter().flatten().all(|&v| v == sum_ranks), "{:?}", small_out[r]);
+        for (i, v) in outputs[r].iter().enumerate() {
+            assert_eq!(*v, n as f32 * (0..n).map(|q| (q * 3 + i % 7) as f32).sum::<f32>());
+        }
+    }
     for c in comms {
         check(ncclCommFinalize(c), "finalize");
         check(ncclCommDestroy(c), "destroy");
