@@ -150,6 +150,13 @@ pub static PARAMS: &[Param] = &[
          algorithm",
     ),
     param(
+        "FERROCCL_NODE_ONESHOT_MAX",
+        Bytes,
+        "",
+        "All-reduces on one host of at most this many bytes (up to 16K) use the one-shot algorithm, \
+         larger ones the direct one; unset: chosen by the number of ranks",
+    ),
+    param(
         "FERROCCL_ENCRYPTION_POLICY",
         Str,
         "default",
@@ -292,6 +299,12 @@ impl Snapshot {
         self.raw(p).and_then(parse_bytes).or_else(|| parse_bytes(p.default)).unwrap_or(0)
     }
 
+    /// A byte count as set, else the default, else `None` (for defaults that mean "auto").
+    pub fn get_bytes_opt(&self, name: &str) -> Option<u64> {
+        let p = checked(name, &[Bytes, Int]);
+        self.raw(p).and_then(parse_bytes).or_else(|| parse_bytes(p.default))
+    }
+
     /// Where the value of `name` came from, or `None` when unset.
     pub fn source(&self, name: &str) -> Option<&Source> {
         let p = checked(name, &[Int, Bool, Str, Bytes]);
@@ -365,6 +378,11 @@ pub fn get_int_opt(name: &str) -> Option<i64> {
 /// [`Snapshot::get_bool`] on the process snapshot.
 pub fn get_bool(name: &str) -> bool {
     snapshot().get_bool(name)
+}
+
+/// [`Snapshot::get_bytes_opt`] on the process snapshot.
+pub fn get_bytes_opt(name: &str) -> Option<u64> {
+    snapshot().get_bytes_opt(name)
 }
 
 /// [`Snapshot::get_bytes`] on the process snapshot.

@@ -289,6 +289,8 @@ pub struct Tuning {
     /// Messages of at most this total size use the latency algorithm by default.
     pub tree_threshold: usize,
     pub selection: AlgoSelection,
+    /// Node all-reduces of at most this many bytes go one-shot; `None`: chosen by rank count.
+    pub node_one_shot_max: Option<usize>,
 }
 
 impl Default for Tuning {
@@ -297,6 +299,7 @@ impl Default for Tuning {
             chunk_bytes: DEFAULT_CHUNK_BYTES,
             tree_threshold: DEFAULT_TREE_THRESHOLD,
             selection: AlgoSelection::default(),
+            node_one_shot_max: None,
         }
     }
 }

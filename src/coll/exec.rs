@@ -147,9 +147,7 @@ const SPIN_ROUNDS_OVERSUBSCRIBED: u32 = 64;
 
 /// Whether more ranks poll on this host than there are cores for them.
 fn oversubscribed(comms: &[CommWork<'_>]) -> bool {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    comms.iter().map(|c| c.links.local_ranks()).max().unwrap_or(1) > cores
+    comms.iter().map(|c| c.links.local_ranks()).max().unwrap_or(1) > crate::topo::usable_cores()
 }
 
 fn run_to_completion(comms: &mut [CommWork<'_>], states: &mut [CommState], pool: &mut Vec<Vec<u64>>) -> Result<()> {

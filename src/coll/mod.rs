@@ -214,7 +214,8 @@ fn node_algorithm(comm: &Comm, req: &OpRequest, bytes: usize, tuning: &algo::Tun
     if !comm.node_area || req.op != CollOp::AllReduce || !tuning.selection.is_default() {
         return None;
     }
-    node::NodeAlgo::for_all_reduce(bytes)
+    let oversubscribed = comm.nranks > crate::topo::usable_cores();
+    node::NodeAlgo::for_all_reduce(bytes, comm.nranks, oversubscribed, tuning.node_one_shot_max)
 }
 
 /// The (step-less) plan a node-level operation carries, for logs and the executor.
@@ -226,7 +227,7 @@ fn node_plan(algo: node::NodeAlgo) -> Arc<plan::Plan> {
 }
 
 /// Algorithm tuning from the environment (NCCL_ALGO, FERROCCL_CHUNK_SIZE,
-/// FERROCCL_TREE_THRESHOLD), parsed once.
+/// FERROCCL_TREE_THRESHOLD, FERROCCL_NODE_ONESHOT_MAX), parsed once.
 fn tuning() -> Result<&'static algo::Tuning> {
     static TUNING: std::sync::OnceLock<std::result::Result<algo::Tuning, String>> = std::sync::OnceLock::new();
     let t = TUNING.get_or_init(|| {
@@ -238,6 +239,7 @@ fn tuning() -> Result<&'static algo::Tuning> {
             chunk_bytes: crate::env::get_bytes("FERROCCL_CHUNK_SIZE").max(1) as usize,
             tree_threshold: crate::env::get_bytes("FERROCCL_TREE_THRESHOLD") as usize,
             selection,
+            node_one_shot_max: crate::env::get_bytes_opt("FERROCCL_NODE_ONESHOT_MAX").map(|b| b as usize),
         })
     });
     t.as_ref().map_err(|e| Error::invalid_usage(e.clone()))

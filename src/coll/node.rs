@@ -20,10 +20,23 @@ use crate::error::{Error, Result};
 use crate::transport::node_area::{BufDesc, Counter, NodeArea, PeerBuf, SMALL_BYTES};
 use crate::transport::peer_mem;
 
-/// Largest message (bytes) the one-shot algorithm takes; larger ones go direct. Measured on
-/// 2 cores at 2 and 4 ranks: one-shot beats rings and trees up to 16-32 KiB, direct beats
-/// one-shot from 16 KiB (2 ranks: 10.5 against 17-19 us at 32 KiB), and rings everywhere.
-pub const ONE_SHOT_MAX: usize = 8 << 10;
+/// Largest message (bytes) the one-shot algorithm takes at `nranks` ranks; larger ones go
+/// direct. One-shot synchronises once but every rank reads every input, which its owner has
+/// just written (a cache-to-cache transfer per line); direct synchronises twice and moves
+/// each byte once. So the crossover falls with the rank count, and rises when ranks share
+/// cores (each synchronisation then waits for the scheduler). Measured (us, one-shot against
+/// direct, ferroccl-bench under mpirun with ncclMemAlloc buffers):
+/// - 2 ranks, 2 cores: 256 B 0.95/1.44, 512 B 1.04/1.44, 1 KiB 1.59/1.52, 2 KiB 2.12/1.52
+/// - 4 ranks, 2 cores: 2 KiB 8.9/11.5, 8 KiB 17/11.7
+/// - 8 ranks, 16 cores: 256 B 2.1/2.7, 512 B 2.6/2.5, 1 KiB 3.6/2.7, 16 KiB 28/4.1
+/// - 16 ranks, 16 cores: 256 B 3.2/4.1, 512 B 4.5/4.5, 1 KiB 7.5/4.8
+pub fn one_shot_max(nranks: usize, oversubscribed: bool) -> usize {
+    match (oversubscribed, nranks) {
+        (true, _) => 4 << 10,
+        (false, 0..=2) => 1 << 10,
+        (false, _) => 512,
+    }
+}
 /// Bytes reduced at a time: the partial result and one input stay in cache.
 const PIECE: usize = 64 << 10;
 /// Out-of-place messages from this size on are written out with non-temporal stores: they do
@@ -33,8 +46,6 @@ const PIECE: usize = 64 << 10;
 /// (still in the last-level cache), and in place 2x slower with streaming.
 const STREAM_MIN: usize = 16 << 20;
 
-const _: () = assert!(ONE_SHOT_MAX <= SMALL_BYTES);
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeAlgo {
     OneShot,
@@ -42,11 +53,19 @@ pub enum NodeAlgo {
 }
 
 impl NodeAlgo {
-    /// The algorithm for an all-reduce of `bytes` on a communicator with a node area, if one.
-    pub fn for_all_reduce(bytes: usize) -> Option<NodeAlgo> {
+    /// The algorithm for an all-reduce of `bytes` over `nranks` ranks with a node area (more
+    /// of them than cores when `oversubscribed`), if one; `one_shot_max` overrides
+    /// [`one_shot_max`] (capped at the small slots' size).
+    pub fn for_all_reduce(
+        bytes: usize,
+        nranks: usize,
+        oversubscribed: bool,
+        one_shot_max: Option<usize>,
+    ) -> Option<NodeAlgo> {
+        let limit = one_shot_max.unwrap_or_else(|| self::one_shot_max(nranks, oversubscribed)).min(SMALL_BYTES);
         match bytes {
             0 => None,
-            b if b <= ONE_SHOT_MAX => Some(NodeAlgo::OneShot),
+            b if b <= limit => Some(NodeAlgo::OneShot),
             _ => Some(NodeAlgo::Direct),
         }
     }
@@ -121,7 +140,7 @@ impl NodeOp {
                 return Ok(());
             }
             // Our own input enters scaled by our own PreMulSum scalar (ranks' scalars differ).
-            // SAFETY: our own slot, SMALL_BYTES >= ONE_SHOT_MAX >= bytes, which no rank reads
+            // SAFETY: our own slot, SMALL_BYTES >= bytes (for_all_reduce), which no rank reads
             // until we mark Arrived; the send buffer is the caller's, valid for `bytes`, and
             // cannot overlap the shared slot.
             let (slot, input) = unsafe {
@@ -181,8 +200,11 @@ impl NodeOp {
                 .map(|r| Reduction { pre: area.peer_pre_scalar(r).map_or(Pre::None, Pre::Mul), ..self.reduction })
                 .collect();
             let (lo, hi) = slice_of(self.bytes, self.reduction.dtype.size(), me, n);
-            let words = PIECE / 8;
-            scratch.resize(2 * words, 0);
+            // Sized to the slice: the executor hands over a cleared buffer each operation,
+            // and zeroing a whole piece per small message costs more than the reduction.
+            let words = PIECE.min(hi - lo).div_ceil(8);
+            let staged = inputs.iter().any(|i| matches!(i, PeerBuf::Remote { .. }));
+            scratch.resize(words * (1 + usize::from(staged)), 0);
             let (acc_words, in_words) = scratch.split_at_mut(words);
             let acc_all = as_bytes_mut(acc_words);
             let staged_all = as_bytes_mut(in_words);
@@ -347,9 +369,20 @@ mod tests {
 
     #[test]
     fn algorithm_follows_size() {
-        assert_eq!(NodeAlgo::for_all_reduce(0), None);
-        assert_eq!(NodeAlgo::for_all_reduce(8), Some(NodeAlgo::OneShot));
-        assert_eq!(NodeAlgo::for_all_reduce(ONE_SHOT_MAX), Some(NodeAlgo::OneShot));
-        assert_eq!(NodeAlgo::for_all_reduce(ONE_SHOT_MAX + 1), Some(NodeAlgo::Direct));
+        for n in [2, 3, 4, 8, 16, 64] {
+            for over in [false, true] {
+                let max = one_shot_max(n, over);
+                assert!(max <= SMALL_BYTES);
+                assert_eq!(NodeAlgo::for_all_reduce(0, n, over, None), None);
+                assert_eq!(NodeAlgo::for_all_reduce(8, n, over, None), Some(NodeAlgo::OneShot));
+                assert_eq!(NodeAlgo::for_all_reduce(max, n, over, None), Some(NodeAlgo::OneShot));
+                assert_eq!(NodeAlgo::for_all_reduce(max + 1, n, over, None), Some(NodeAlgo::Direct));
+            }
+            assert!(one_shot_max(n, true) >= one_shot_max(n, false));
+        }
+        // The override is capped at the small slots' size; 0 sends everything direct.
+        assert_eq!(NodeAlgo::for_all_reduce(8, 2, false, Some(0)), Some(NodeAlgo::Direct));
+        assert_eq!(NodeAlgo::for_all_reduce(SMALL_BYTES, 2, false, Some(1 << 30)), Some(NodeAlgo::OneShot));
+        assert_eq!(NodeAlgo::for_all_reduce(SMALL_BYTES + 1, 2, false, Some(1 << 30)), Some(NodeAlgo::Direct));
     }
 }

@@ -122,6 +122,13 @@ fn no_hwloc(what: &str) -> Error {
     Error::invalid_usage(format!("{what}: this topology has no hwloc handle (flat view, or built without `hwloc`)"))
 }
 
+/// How many ranks of this host can poll at the same time without taking turns: the
+/// machine's processors that this process's container allows (not its own binding: ranks
+/// pinned to one core each by mpirun still have a core each).
+pub fn usable_cores() -> usize {
+    Topology::system().pu_count().max(1)
+}
+
 impl Topology {
     /// This process's topology, loaded on first use and shared. When hwloc is missing or
     /// fails, a WARN explains why and the flat view (one package, one NUMA node, the
