@@ -212,7 +212,21 @@ impl NodeOp {
             while off < hi {
                 let len = PIECE.min(hi - off);
                 let acc = &mut acc_all[..len];
-                for (r, input) in inputs.iter().enumerate() {
+                // The first two inputs combine in one pass when both are in reach and the
+                // first has no scalar: acc = in0 (op) pre1(in1), the same operands in the
+                // same order as folding them one by one, without first copying in0.
+                let mut first = 0;
+                if let (Some(&PeerBuf::Direct(p0)), Some(&PeerBuf::Direct(p1))) = (inputs.first(), inputs.get(1)) {
+                    if !reductions[0].has_pre() {
+                        // SAFETY: as for every input below.
+                        let (a, b) = unsafe {
+                            (std::slice::from_raw_parts(p0.add(off), len), std::slice::from_raw_parts(p1.add(off), len))
+                        };
+                        reductions[1].combine(acc, a, b)?;
+                        first = 2;
+                    }
+                }
+                for (r, input) in inputs.iter().enumerate().skip(first) {
                     let piece: &[u8] = match *input {
                         // SAFETY: rank r's send buffer (or ours) is live and unwritten until every
                         // rank marks Left; off + len <= bytes.
