@@ -17,7 +17,7 @@
 
 use super::reduce::{Pre, Reduction};
 use crate::error::{Error, Result};
-use crate::transport::node_area::{BufDesc, Counter, NodeArea, PeerBuf, SMALL_BYTES};
+use crate::transport::node_area::{BufDesc, Counter, NodeArea, PeerBuf, SMALL_BYTES, TINY_BYTES};
 use crate::transport::peer_mem;
 
 /// Largest message (bytes) the one-shot algorithm takes at `nranks` ranks; larger ones go
@@ -98,6 +98,8 @@ pub struct NodeOp {
     reduction: Reduction,
     seq: u64,
     phase: Phase,
+    /// One-shot through tiny slots: ranks whose input was seen posted.
+    ready: usize,
 }
 
 // SAFETY: carries the user's buffer addresses, valid until the operation completes (API
@@ -106,7 +108,7 @@ unsafe impl Send for NodeOp {}
 
 impl NodeOp {
     pub fn new(algo: NodeAlgo, send: *const u8, recv: *mut u8, bytes: usize, reduction: Reduction) -> NodeOp {
-        NodeOp { algo, send, recv, bytes, reduction, seq: 0, phase: Phase::Start }
+        NodeOp { algo, send, recv, bytes, reduction, seq: 0, phase: Phase::Start, ready: 0 }
     }
 
     pub fn algo(&self) -> NodeAlgo {
@@ -127,8 +129,19 @@ impl NodeOp {
         Ok(self.phase != before)
     }
 
+    /// Each rank puts its input in its slot and folds everybody's slots. Inputs of up to
+    /// [`TINY_BYTES`] travel in the cache line that also says they are ready (one line
+    /// transfer per peer); larger ones in the small slots, announced by the Arrived counter.
     fn one_shot(&mut self, area: &mut NodeArea) -> Result<()> {
         let (me, n) = (area.rank(), area.nranks());
+        let tiny = self.bytes <= TINY_BYTES;
+        let slot_of = |area: &NodeArea, r: usize, seq: u64| {
+            if tiny {
+                area.tiny_data(r, seq)
+            } else {
+                area.small_slot(r, seq)
+            }
+        };
         if self.phase == Phase::Start {
             self.seq = area.next_seq();
             self.phase = Phase::WaitSlot;
@@ -140,29 +153,38 @@ impl NodeOp {
                 return Ok(());
             }
             // Our own input enters scaled by our own PreMulSum scalar (ranks' scalars differ).
-            // SAFETY: our own slot, SMALL_BYTES >= bytes (for_all_reduce), which no rank reads
-            // until we mark Arrived; the send buffer is the caller's, valid for `bytes`, and
-            // cannot overlap the shared slot.
+            // SAFETY: our own slot, of TINY_BYTES (tiny) or SMALL_BYTES >= bytes
+            // (for_all_reduce), which no rank reads until we post it; the send buffer is the
+            // caller's, valid for `bytes`, and cannot overlap the shared slot.
             let (slot, input) = unsafe {
                 (
-                    std::slice::from_raw_parts_mut(area.small_slot(me, self.seq), self.bytes),
+                    std::slice::from_raw_parts_mut(slot_of(area, me, self.seq), self.bytes),
                     std::slice::from_raw_parts(self.send, self.bytes),
                 )
             };
             self.reduction.prepare(slot, input)?;
-            area.mark(Counter::Arrived, self.seq);
+            if tiny {
+                area.post_tiny(self.seq);
+            } else {
+                area.mark(Counter::Arrived, self.seq);
+            }
             self.phase = Phase::WaitArrived;
         }
         if self.phase == Phase::WaitArrived {
-            if !area.all_reached(Counter::Arrived, self.seq)? {
+            let arrived = if tiny {
+                area.all_posted_tiny(self.seq, &mut self.ready)?
+            } else {
+                area.all_reached(Counter::Arrived, self.seq)?
+            };
+            if !arrived {
                 return Ok(());
             }
             // SAFETY: the caller's receive buffer, ours alone until the operation completes.
             let out = unsafe { std::slice::from_raw_parts_mut(self.recv, self.bytes) };
             for r in 0..n {
-                // SAFETY: rank r's slot holds this operation's input (its Arrived counter
-                // reached seq, with Release) and is not rewritten before we mark Left.
-                let input = unsafe { std::slice::from_raw_parts(area.small_slot(r, self.seq), self.bytes) };
+                // SAFETY: rank r's slot holds this operation's input (posted or its Arrived
+                // counter reached seq, with Release) and is not rewritten before we mark Left.
+                let input = unsafe { std::slice::from_raw_parts(slot_of(area, r, self.seq), self.bytes) };
                 if r == 0 {
                     out.copy_from_slice(input);
                 } else {
@@ -378,6 +400,51 @@ mod tests {
                 next = hi;
             }
             assert_eq!(next, bytes);
+        }
+    }
+
+    /// Three ranks (threads) run one stream of all-reduces through every path: tiny and
+    /// small-slot one-shot, direct, in and out of place, each rank scaling its input by its
+    /// own PreMulSum scalar. The integer results are exact whatever the order of the terms.
+    #[test]
+    fn mixed_stream_of_all_reduces_is_exact() {
+        use crate::transport::node_area::areas_for_threads;
+        use crate::types::DataType;
+        let n = 3;
+        // Elements (i64): tiny (<= 7), small slots, direct (several 64 KiB pieces per rank).
+        let sizes = [1usize, 7, 8, 100, 2048, 1, 70_000, 5, 300_000, 2, 3];
+        let areas = areas_for_threads(n);
+        let threads: Vec<_> = areas
+            .into_iter()
+            .enumerate()
+            .map(|(me, mut area)| {
+                std::thread::spawn(move || {
+                    let mut scratch = Vec::new();
+                    for (k, &count) in sizes.iter().enumerate() {
+                        let bytes = count * 8;
+                        let scalar = (me as i64 + 2).to_ne_bytes();
+                        let red = Reduction::pre_mul_sum(DataType::Int64, &scalar).unwrap();
+                        let input: Vec<i64> =
+                            (0..count).map(|i| (i as i64 % 1000) * (me as i64 + 1) + k as i64).collect();
+                        let in_place = k % 2 == 1;
+                        let mut out = if in_place { input.clone() } else { vec![-1i64; count] };
+                        let send = if in_place { out.as_ptr() as *const u8 } else { input.as_ptr() as *const u8 };
+                        let algo = NodeAlgo::for_all_reduce(bytes, n, false, None).unwrap();
+                        let mut op = NodeOp::new(algo, send, out.as_mut_ptr() as *mut u8, bytes, red);
+                        while !op.is_done() {
+                            op.progress(&mut area, &mut scratch).unwrap();
+                        }
+                        for (i, v) in out.iter().enumerate() {
+                            let want: i64 =
+                                (0..n as i64).map(|r| (r + 2) * ((i as i64 % 1000) * (r + 1) + k as i64)).sum();
+                            assert_eq!(*v, want, "rank {me}, op {k} ({count} elements, {algo:?}), element {i}");
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
         }
     }
 

@@ -20,8 +20,14 @@ use crate::error::{Error, Result};
 
 const AREA_MAGIC: u64 = 0x4665_7272_6f4e_6f64;
 const HEADER_BYTES: usize = 4096;
-/// Per-rank control block: three counters on their own cache lines, then the descriptor.
+/// Per-rank control block: two counters on their own cache lines, the descriptor, then two
+/// tiny slots (one cache line each).
 const CTRL_BYTES: usize = 512;
+/// Offset of the first tiny slot in a control block: a sequence word, then the data.
+const TINY_OFFSET: usize = 384;
+/// Largest input a tiny slot holds: the rest of its cache line after the sequence word, so
+/// that one line transfer brings a peer both the news that its input is ready and the input.
+pub const TINY_BYTES: usize = 56;
 /// Bytes of each of a rank's two small-data slots.
 pub const SMALL_BYTES: usize = 16 << 10;
 /// Idle polls between liveness checks of the peers.
@@ -42,6 +48,11 @@ pub enum Counter {
 /// size, offset) of its ncclMemAlloc allocation (fd -1: none); then whether the rank
 /// pre-scales its input, and the scalar's bytes (PreMulSum scalars differ per rank).
 const DESC_WORDS: usize = 12;
+/// Offset of the descriptor in a control block, after the counters' lines.
+const DESC_OFFSET: usize = 192;
+
+const _: () = assert!(DESC_OFFSET + DESC_WORDS * 8 <= TINY_OFFSET && TINY_OFFSET + 2 * 64 <= CTRL_BYTES);
+const _: () = assert!(TINY_OFFSET % 64 == 0 && CTRL_BYTES % 64 == 0 && HEADER_BYTES % 64 == 0);
 
 /// Where a rank's buffer is, as published for its peers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,11 +89,26 @@ pub struct NodeArea {
     /// Node operations started on this rank.
     started: u64,
     idle: u32,
+    /// Per counter, a value every rank is known to have reached: waits up to it need not
+    /// read the other ranks' counters (each read of a line a peer just wrote is a miss).
+    floor: [u64; 2],
 }
 
 // SAFETY: the mapping is shared memory accessed only through atomics and the node
 // algorithms' publication protocol; the owning communicator serialises its users.
 unsafe impl Send for NodeArea {}
+
+/// Areas for `nranks` ranks that all live in this process (threads), without a bootstrap:
+/// for the node algorithms' unit tests.
+#[cfg(test)]
+pub(crate) fn areas_for_threads(nranks: usize) -> Vec<NodeArea> {
+    let len = area_bytes(nranks);
+    let fd = create(len, 7, nranks).expect("memfd");
+    let pids = vec![std::process::id(); nranks];
+    (0..nranks)
+        .map(|r| NodeArea::attach(fd.try_clone().expect("dup"), len, r, nranks, 7, &pids).expect("attach"))
+        .collect()
+}
 
 fn area_bytes(nranks: usize) -> usize {
     HEADER_BYTES + (nranks * CTRL_BYTES).next_multiple_of(4096) + nranks * 2 * SMALL_BYTES
@@ -166,6 +192,7 @@ impl NodeArea {
             maps: PeerMaps::default(),
             started: 0,
             idle: 0,
+            floor: [0; 2],
         };
         if area.header(0).load(Ordering::Acquire) != AREA_MAGIC
             || area.header(1).load(Ordering::Relaxed) != nranks as u64
@@ -215,11 +242,47 @@ impl NodeArea {
     /// Whether every rank reached `c` in operation `seq` or later (and its writes before
     /// that are visible). Checks now and then that the ranks still live.
     pub fn all_reached(&mut self, c: Counter, seq: u64) -> Result<bool> {
+        if self.floor[c as usize] >= seq {
+            return Ok(true);
+        }
+        let mut least = u64::MAX;
         for r in 0..self.nranks {
-            if self.counter(r, c).load(Ordering::Acquire) < seq {
+            let v = self.counter(r, c).load(Ordering::Acquire);
+            if v < seq {
                 self.note_idle()?;
                 return Ok(false);
             }
+            least = least.min(v);
+        }
+        self.floor[c as usize] = least;
+        self.idle = 0;
+        Ok(true)
+    }
+
+    /// This rank's tiny slot for operation `seq` (by parity): where its input goes before
+    /// [`NodeArea::post_tiny`].
+    pub fn tiny_data(&self, rank: usize, seq: u64) -> *mut u8 {
+        self.tiny_seq(rank, seq).as_ptr().wrapping_add(1) as *mut u8
+    }
+
+    fn tiny_seq(&self, rank: usize, seq: u64) -> &AtomicU64 {
+        self.ctrl_word(rank, TINY_OFFSET + (seq & 1) as usize * 64)
+    }
+
+    /// Announces that this rank's tiny slot holds its input for operation `seq`.
+    pub fn post_tiny(&self, seq: u64) {
+        self.tiny_seq(self.rank, seq).store(seq, Ordering::Release);
+    }
+
+    /// Whether every rank's tiny slot holds its input for operation `seq` (and that input is
+    /// visible). `ready` counts the ranks already seen, so each poll resumes after them.
+    pub fn all_posted_tiny(&mut self, seq: u64, ready: &mut usize) -> Result<bool> {
+        while *ready < self.nranks {
+            if self.tiny_seq(*ready, seq).load(Ordering::Acquire) < seq {
+                self.note_idle()?;
+                return Ok(false);
+            }
+            *ready += 1;
         }
         self.idle = 0;
         Ok(true)
@@ -267,14 +330,14 @@ impl NodeArea {
             }
         }
         for (i, v) in w.iter().enumerate() {
-            self.ctrl_word(self.rank, 192 + i * 8).store(*v, Ordering::Relaxed);
+            self.ctrl_word(self.rank, DESC_OFFSET + i * 8).store(*v, Ordering::Relaxed);
         }
     }
 
     /// How this rank reaches `rank`'s send (`which == 0`) or receive buffer, `len` bytes
     /// from its start, as published for the current operation.
     pub fn peer_buf(&mut self, rank: usize, which: usize, len: usize) -> PeerBuf {
-        let o = 192 + which * 40;
+        let o = DESC_OFFSET + which * 40;
         let word = |i: usize| self.ctrl_word(rank, o + i * 8).load(Ordering::Relaxed);
         let addr = word(0);
         let pid = self.pids[rank];
@@ -296,13 +359,14 @@ impl NodeArea {
 
     /// Whether `rank` works in place (its send and receive buffers are the same address).
     pub fn peer_in_place(&self, rank: usize) -> bool {
-        self.ctrl_word(rank, 192).load(Ordering::Relaxed) == self.ctrl_word(rank, 192 + 40).load(Ordering::Relaxed)
+        self.ctrl_word(rank, DESC_OFFSET).load(Ordering::Relaxed)
+            == self.ctrl_word(rank, DESC_OFFSET + 40).load(Ordering::Relaxed)
     }
 
     /// The scalar `rank` multiplies its input by (PreMulSum), as published.
     pub fn peer_pre_scalar(&self, rank: usize) -> Option<[u8; 8]> {
-        let flag = self.ctrl_word(rank, 192 + 10 * 8).load(Ordering::Relaxed);
-        (flag == 1).then(|| self.ctrl_word(rank, 192 + 11 * 8).load(Ordering::Relaxed).to_ne_bytes())
+        let flag = self.ctrl_word(rank, DESC_OFFSET + 10 * 8).load(Ordering::Relaxed);
+        (flag == 1).then(|| self.ctrl_word(rank, DESC_OFFSET + 11 * 8).load(Ordering::Relaxed).to_ne_bytes())
     }
 
     /// A rank's small-data slot for operations of parity `parity`.
