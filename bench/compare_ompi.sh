@@ -213,7 +213,8 @@ launch=("$MPIRUN" --oversubscribe --bind-to none -x NCCL_SOCKET_IFNAME=lo)
     echo "kernel=$(uname -sr)"
     echo "ompi_version=$(ompi_info --version 2>/dev/null | head -1)"
     echo "mpicc=$("$MPICC" --version 2>/dev/null | head -1)"
-    echo "git_commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo '+uncommitted')"
+    # GIT_COMMIT names the build when this tree's git metadata does not (a copied tree).
+    echo "git_commit=${GIT_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo '+uncommitted')}"
     echo "ferroccl_bench=$fbench"
     echo "repeat=$repeat"
     echo "wait_idle=${wait_idle:+$wait_idle% busy, at most ${wait_max}s}"

@@ -6,13 +6,15 @@
 #                         OPENSSL_STATIC=1): the same code with a VAES/AVX-512 AES-GCM
 #   ferroccl-bench-mpi    default features (MPI), for the Open MPI comparison
 #
-#   BIN=.devbin OUT=$OUT bench/device_run.sh tls|ompi|all
+#   BIN=.devbin OUT=$OUT [REPEAT=1] [GIT_COMMIT=abc1234] bench/device_run.sh tls|ompi|all
 #
 # tls:  the encryption canary (2 ranks as threads, sockets only, 64 MiB float all-reduce,
 #       plaintext then TLS) for both OpenSSL builds, with the default socket threading (striped
 #       on 8+ cores, plaintext and TLS alike) and with NCCL_SOCKET_NTHREADS=0 (inline); then
 #       plaintext latency and bandwidth, inline against striped.
-# ompi: bench/compare_ompi.sh at 8 and 16 ranks.
+# ompi: bench/compare_ompi.sh at 8 and 16 ranks, each pair of sweeps REPEAT times.
+# GIT_COMMIT labels the results with the commit the binaries were built from (the copied
+# tree's git metadata may be stale).
 set -uo pipefail
 part=${1:-all}
 BIN=${BIN:-.devbin}
@@ -52,7 +54,7 @@ fi
 if [ "$part" = ompi ] || [ "$part" = all ]; then
   for n in 8 16; do
     echo "== Open MPI comparison, $n ranks"
-    timeout 280 bench/compare_ompi.sh -np $n --sizes 8:256M --factor 4 --no-build \
+    timeout $((100 + 180 * ${REPEAT:-1})) bench/compare_ompi.sh -np $n --sizes 8:256M --factor 4 --no-build --repeat "${REPEAT:-1}" \
       --ferroccl-bench "$BIN/ferroccl-bench-mpi" --out "$OUT/ompi-compare-16core-np$n" 2>&1 | tail -30
   done
 fi
