@@ -199,6 +199,9 @@ pub struct Coverage {
     pub net_security: Vec<Security>,
     /// Open shared-memory connections of this rank (outside the TLS boundary).
     pub shm: usize,
+    /// Ranks sharing the communicator's node area (collectives through shared memory,
+    /// outside the TLS boundary); 0 when it has none.
+    pub node_area_ranks: usize,
     /// TLS key updates on this communicator's connections in this process.
     pub rekeys: u64,
 }
@@ -245,6 +248,7 @@ impl Coverage {
             net_conns,
             net_security,
             shm,
+            node_area_ranks: 0,
             rekeys: rekeys(magic),
         }
     }
@@ -254,7 +258,9 @@ impl Coverage {
     pub fn of(comm: &crate::comm::Comm) -> crate::error::Result<Coverage> {
         let links = comm.links()?;
         let (shm, net) = links.connection_counts();
-        Ok(Self::collect(comm.magic, comm.rank, comm.nranks, links.net_name(), shm, net))
+        let mut c = Self::collect(comm.magic, comm.rank, comm.nranks, links.net_name(), shm, net);
+        c.node_area_ranks = if comm.node_area { comm.nranks } else { 0 };
+        Ok(c)
     }
 
     /// Logs the `Encryption coverage:` INFO line for `comm` (at init and at destroy).
@@ -301,9 +307,11 @@ impl Coverage {
             s += &format!(", bootstrap root {}", Self::list(&self.root));
         }
         s += &format!(
-            ", {}, SHM {} (outside TLS boundary); plaintext {}, rekeys {}, policy {}",
+            ", {}, SHM {} (outside TLS boundary), node area {} ranks{}; plaintext {}, rekeys {}, policy {}",
             self.net_text(),
             self.shm,
+            self.node_area_ranks,
+            if self.node_area_ranks > 0 { " (outside TLS boundary)" } else { "" },
             self.plaintext(),
             self.rekeys,
             self.policy
@@ -332,6 +340,7 @@ impl Coverage {
              \"bootstrap\":{},\"bootstrap_root\":{},\
              \"net\":{{\"transport\":\"NET/{}\",\"count\":{},\"security\":[{}]}},\
              \"shm\":{{\"count\":{},\"encrypted\":false,\"note\":\"outside TLS boundary\"}},\
+             \"node_area\":{{\"ranks\":{},\"encrypted\":false,\"note\":\"outside TLS boundary\"}},\
              \"plaintext\":{},\"rekeys\":{}}}",
             self.magic,
             self.rank,
@@ -344,6 +353,7 @@ impl Coverage {
             self.net_conns,
             net_sec.join(","),
             self.shm,
+            self.node_area_ranks,
             self.plaintext(),
             self.rekeys
         )

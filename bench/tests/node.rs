@@ -1,16 +1,20 @@
-//! Node-level all-reduce (one shared area for all ranks of a host) end to end, checked by the
-//! benchmark's nccl-tests data check: every type and operator, sizes on both sides of each
-//! algorithm's threshold, in and out of place, with ncclMemAlloc buffers (mapped by the peers)
-//! and plain ones (kernel copies), with the node area on and off.
+//! Node-level collectives (one shared area for all ranks of a host) end to end, checked by the
+//! benchmark's nccl-tests data check: all-reduce with every type and operator, all-gather, and
+//! broadcast from a non-zero root, sizes on both sides of each algorithm's threshold, in and out
+//! of place, with ncclMemAlloc buffers (mapped by the peers) and plain ones (kernel copies), with
+//! the node area on and off.
 
 use std::process::{Command, Output};
 
 const BENCH: &str = env!("CARGO_BIN_EXE_ferroccl-bench");
 
-/// Sizes from 8 B to 1 MiB by 8: one-shot (<= 8 KiB) and direct (larger); rings and trees
-/// with the node area off.
-const SWEEP: &[&str] =
-    &["all_reduce", "-b", "8", "-e", "1M", "-f", "8", "-o", "all", "-d", "all", "-n", "1", "-w", "0", "-c", "1"];
+/// Sizes from 8 B to 1 MiB by 8: all-reduce one-shot (tiny and small slots) and direct,
+/// broadcast by tree (< 32 KiB) and through the area; rings and trees with the node area off.
+const SWEEPS: &[&[&str]] = &[
+    &["all_reduce", "-b", "8", "-e", "1M", "-f", "8", "-o", "all", "-d", "all", "-n", "1", "-w", "0", "-c", "1"],
+    &["all_gather", "-b", "8", "-e", "1M", "-f", "8", "-d", "all", "-n", "1", "-w", "0", "-c", "1"],
+    &["broadcast", "-b", "8", "-e", "1M", "-f", "8", "-d", "all", "-r", "1", "-n", "1", "-w", "0", "-c", "1"],
+];
 
 fn run(mut cmd: Command) -> String {
     cmd.env("NCCL_DEBUG", "INFO").env("NCCL_DEBUG_SUBSYS", "SHM").env("NCCL_SOCKET_IFNAME", "lo");
@@ -21,10 +25,15 @@ fn run(mut cmd: Command) -> String {
     text
 }
 
+/// The outputs of every sweep, concatenated.
 fn threads(ranks: &str, extra: &[&str], node: bool) -> String {
-    let mut cmd = Command::new(BENCH);
-    cmd.args(SWEEP).args(["-t", ranks]).args(extra).env("FERROCCL_NODE_COLL", if node { "1" } else { "0" });
-    run(cmd)
+    let mut text = String::new();
+    for sweep in SWEEPS {
+        let mut cmd = Command::new(BENCH);
+        cmd.args(*sweep).args(["-t", ranks]).args(extra).env("FERROCCL_NODE_COLL", if node { "1" } else { "0" });
+        text += &run(cmd);
+    }
+    text
 }
 
 #[test]
@@ -42,11 +51,12 @@ fn ranks_as_processes_map_ncclmemalloc_buffers_or_copy_plain_ones() {
         println!("skipped: no mpirun");
         return;
     }
-    for extra in [&[][..], &["--host-alloc"][..]] {
+    for (extra, sweep) in [&[][..], &["--host-alloc"][..]].into_iter().flat_map(|e| SWEEPS.iter().map(move |s| (e, s)))
+    {
         let mut cmd = Command::new("timeout");
         cmd.args(["300", "mpirun", "-np", "3", "--oversubscribe", "--bind-to", "none", "-x", "NCCL_DEBUG", "-x"])
             .args(["NCCL_DEBUG_SUBSYS", "-x", "NCCL_SOCKET_IFNAME", BENCH])
-            .args(SWEEP)
+            .args(*sweep)
             .args(extra)
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");

@@ -193,9 +193,16 @@ fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Resul
         has_post: req.reduction.is_some_and(|r| r.has_post()),
     };
     if let Some(algo) = node_algorithm(comm, req, block, tuning) {
-        let reduction = req.reduction.ok_or_else(|| Error::internal("all-reduce without an operator"))?;
+        let coll = match req.op {
+            CollOp::AllReduce => node::NodeColl::AllReduce(
+                req.reduction.ok_or_else(|| Error::internal("all-reduce without an operator"))?,
+            ),
+            CollOp::AllGather => node::NodeColl::AllGather,
+            CollOp::Broadcast { root } => node::NodeColl::Broadcast { root },
+            _ => return Err(Error::internal(format!("no node algorithm for {}", req.op.name()))),
+        };
         log::debug!(target: "COLL", "{} count {} datatype {} in_place {in_place} algorithm {}", req.op.name(), req.count, req.dtype, algo.name());
-        let node = node::NodeOp::new(algo, bufs.send, bufs.recv, block, reduction);
+        let node = node::NodeOp::new(coll, algo, bufs.send, bufs.recv, block);
         return Ok(Work { plan: node_plan(algo), bufs, reduction: req.reduction, send_copy, node: Some(node) });
     }
     let choice = algo::choose(kind, args.total_bytes(n), n, tuning.tree_threshold, &tuning.selection);
@@ -211,11 +218,18 @@ fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Resul
 /// of the communicator agrees on (the operation, its size, the communicator, the
 /// configuration), as all ranks must choose alike.
 fn node_algorithm(comm: &Comm, req: &OpRequest, bytes: usize, tuning: &algo::Tuning) -> Option<node::NodeAlgo> {
-    if !comm.node_area || req.op != CollOp::AllReduce || !tuning.selection.is_default() {
+    if !comm.node_area || !tuning.selection.is_default() || bytes == 0 {
         return None;
     }
-    let oversubscribed = comm.nranks > crate::topo::usable_cores();
-    node::NodeAlgo::for_all_reduce(bytes, comm.nranks, oversubscribed, tuning.node_one_shot_max)
+    match req.op {
+        CollOp::AllReduce => {
+            let oversubscribed = comm.nranks > crate::topo::usable_cores();
+            node::NodeAlgo::for_all_reduce(bytes, comm.nranks, oversubscribed, tuning.node_one_shot_max)
+        }
+        CollOp::AllGather => Some(node::NodeAlgo::Direct),
+        CollOp::Broadcast { .. } if bytes >= node::BROADCAST_DIRECT_MIN => Some(node::NodeAlgo::Direct),
+        _ => None,
+    }
 }
 
 /// The (step-less) plan a node-level operation carries, for logs and the executor.

@@ -1,15 +1,17 @@
-//! All-reduce among ranks that all live on this host, synchronised through the node area
-//! (`transport::node_area`) instead of messages.
+//! All-reduce, all-gather and broadcast among ranks that all live on this host, synchronised
+//! through the node area (`transport::node_area`) instead of messages.
 //!
-//! - **One-shot** (up to 8 KiB): every rank copies its input into its slot of the shared
-//!   area and raises its `Arrived` counter; every rank then folds all inputs, in rank order,
-//!   into its own result. One round instead of log2(n), and no rank waits for another's
-//!   partial result.
+//! - **One-shot** all-reduce (small messages, [`one_shot_max`]): every rank copies its input
+//!   into its slot of the shared area and announces it; every rank then folds all inputs, in
+//!   rank order, into its own result. One round instead of log2(n), and no rank waits for
+//!   another's partial result.
 //! - **Direct** (larger): every rank publishes where its buffers are; rank r reduces
 //!   slice r of all inputs (in rank order) and writes the result into every rank's receive
 //!   buffer. Buffers from ncclMemAlloc, or of ranks in this process, are read and written in
 //!   place (no copy at all); others through one kernel copy each way. Each rank reads and
 //!   writes the message once, where a ring moves it twice.
+//! - **Pull** all-gather and broadcast: every rank copies the blocks it lacks straight from
+//!   the owners' send buffers into its own receive buffer (one copy per byte).
 //!
 //! Both are state machines the executor polls (`progress` never blocks), so one thread can
 //! drive the ranks of several communicators, and each rank folds the same inputs in the same
@@ -37,6 +39,9 @@ pub fn one_shot_max(nranks: usize, oversubscribed: bool) -> usize {
         (false, _) => 512,
     }
 }
+/// Broadcasts of at least this many bytes go through the node area (every rank copies the
+/// root's buffer); smaller ones take the tree, whose single hop per rank is as fast.
+pub const BROADCAST_DIRECT_MIN: usize = 32 << 10;
 /// Bytes reduced at a time: the partial result and one input stay in cache.
 const PIECE: usize = 64 << 10;
 /// Out-of-place messages from this size on are written out with non-temporal stores: they do
@@ -89,13 +94,26 @@ enum Phase {
     Done,
 }
 
-/// One all-reduce in progress.
+/// The collectives that run through the node area.
+#[derive(Clone, Copy, Debug)]
+pub enum NodeColl {
+    AllReduce(Reduction),
+    /// Every rank copies every peer's block into its own receive buffer.
+    AllGather,
+    /// Every rank but the root copies the root's buffer.
+    Broadcast {
+        root: usize,
+    },
+}
+
+/// One collective in progress.
 pub struct NodeOp {
+    coll: NodeColl,
     algo: NodeAlgo,
     send: *const u8,
     recv: *mut u8,
+    /// Bytes of one rank's block (all-gather: of its input; the output holds nranks blocks).
     bytes: usize,
-    reduction: Reduction,
     seq: u64,
     phase: Phase,
     /// One-shot through tiny slots: ranks whose input was seen posted.
@@ -107,8 +125,8 @@ pub struct NodeOp {
 unsafe impl Send for NodeOp {}
 
 impl NodeOp {
-    pub fn new(algo: NodeAlgo, send: *const u8, recv: *mut u8, bytes: usize, reduction: Reduction) -> NodeOp {
-        NodeOp { algo, send, recv, bytes, reduction, seq: 0, phase: Phase::Start, ready: 0 }
+    pub fn new(coll: NodeColl, algo: NodeAlgo, send: *const u8, recv: *mut u8, bytes: usize) -> NodeOp {
+        NodeOp { coll, algo, send, recv, bytes, seq: 0, phase: Phase::Start, ready: 0 }
     }
 
     pub fn algo(&self) -> NodeAlgo {
@@ -122,9 +140,11 @@ impl NodeOp {
     /// Advances as far as possible without waiting; `true` when something moved.
     pub fn progress(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>) -> Result<bool> {
         let before = self.phase;
-        match self.algo {
-            NodeAlgo::OneShot => self.one_shot(area)?,
-            NodeAlgo::Direct => self.direct(area, scratch)?,
+        match (self.coll, self.algo) {
+            (NodeColl::AllReduce(red), NodeAlgo::OneShot) => self.one_shot(area, red)?,
+            (NodeColl::AllReduce(red), NodeAlgo::Direct) => self.direct(area, scratch, red)?,
+            (NodeColl::AllGather, _) => self.pull(area, None)?,
+            (NodeColl::Broadcast { root }, _) => self.pull(area, Some(root))?,
         }
         Ok(self.phase != before)
     }
@@ -132,7 +152,7 @@ impl NodeOp {
     /// Each rank puts its input in its slot and folds everybody's slots. Inputs of up to
     /// [`TINY_BYTES`] travel in the cache line that also says they are ready (one line
     /// transfer per peer); larger ones in the small slots, announced by the Arrived counter.
-    fn one_shot(&mut self, area: &mut NodeArea) -> Result<()> {
+    fn one_shot(&mut self, area: &mut NodeArea, red: Reduction) -> Result<()> {
         let (me, n) = (area.rank(), area.nranks());
         let tiny = self.bytes <= TINY_BYTES;
         let slot_of = |area: &NodeArea, r: usize, seq: u64| {
@@ -162,7 +182,7 @@ impl NodeOp {
                     std::slice::from_raw_parts(self.send, self.bytes),
                 )
             };
-            self.reduction.prepare(slot, input)?;
+            red.prepare(slot, input)?;
             if tiny {
                 area.post_tiny(self.seq);
             } else {
@@ -188,21 +208,21 @@ impl NodeOp {
                 if r == 0 {
                     out.copy_from_slice(input);
                 } else {
-                    self.reduction.accumulate(out, input)?;
+                    red.accumulate(out, input)?;
                 }
             }
-            self.reduction.finalize(out)?;
+            red.finalize(out)?;
             area.mark(Counter::Left, self.seq);
             self.phase = Phase::Done;
         }
         Ok(())
     }
 
-    fn direct(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>) -> Result<()> {
+    fn direct(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>, red: Reduction) -> Result<()> {
         let (me, n) = (area.rank(), area.nranks());
         if self.phase == Phase::Start {
             self.seq = area.next_seq();
-            let pre = match self.reduction.pre {
+            let pre = match red.pre {
                 Pre::Mul(s) => Some(s),
                 Pre::None => None,
             };
@@ -218,10 +238,9 @@ impl NodeOp {
             let outputs: Vec<PeerBuf> = (0..n).map(|r| area.peer_buf(r, 1, self.bytes)).collect();
             let streaming: Vec<bool> = (0..n).map(|r| self.bytes >= STREAM_MIN && !area.peer_in_place(r)).collect();
             // Each input is scaled by its own rank's PreMulSum scalar.
-            let reductions: Vec<Reduction> = (0..n)
-                .map(|r| Reduction { pre: area.peer_pre_scalar(r).map_or(Pre::None, Pre::Mul), ..self.reduction })
-                .collect();
-            let (lo, hi) = slice_of(self.bytes, self.reduction.dtype.size(), me, n);
+            let reductions: Vec<Reduction> =
+                (0..n).map(|r| Reduction { pre: area.peer_pre_scalar(r).map_or(Pre::None, Pre::Mul), ..red }).collect();
+            let (lo, hi) = slice_of(self.bytes, red.dtype.size(), me, n);
             // Sized to the slice: the executor hands over a cleared buffer each operation,
             // and zeroing a whole piece per small message costs more than the reduction.
             let words = PIECE.min(hi - lo).div_ceil(8);
@@ -260,7 +279,7 @@ impl NodeOp {
                     };
                     fold(&reductions[r], acc, piece, r == 0)?;
                 }
-                self.reduction.finalize(acc)?;
+                red.finalize(acc)?;
                 // Write the result into every rank's receive buffer, starting with the next
                 // rank so that not every rank writes to rank 0 first.
                 for k in 0..n {
@@ -283,6 +302,73 @@ impl NodeOp {
         }
         if self.phase == Phase::WaitLeft {
             // Others still write into our receive buffer and read our send buffer until then.
+            if !area.all_reached(Counter::Left, self.seq)? {
+                return Ok(());
+            }
+            self.phase = Phase::Done;
+        }
+        Ok(())
+    }
+
+    /// All-gather (`root` None) and broadcast: each rank copies what it needs from its peers'
+    /// send buffers straight into its own receive buffer (one copy per byte, reading lines
+    /// that stay clean and writing only local ones). A rank's send buffer is read until every
+    /// reader marks Left; a broadcast's non-root ranks lend nothing, so they finish as soon
+    /// as their copy is done.
+    fn pull(&mut self, area: &mut NodeArea, root: Option<usize>) -> Result<()> {
+        let (me, n) = (area.rank(), area.nranks());
+        let block = self.bytes;
+        let out_len = if root.is_some() { block } else { n * block };
+        if self.phase == Phase::Start {
+            self.seq = area.next_seq();
+            let send_len = if root.is_none_or(|r| r == me) { block } else { 0 };
+            area.publish(BufDesc::of(self.send, send_len), BufDesc::of(self.recv, out_len), None);
+            area.mark(Counter::Arrived, self.seq);
+            self.phase = Phase::WaitArrived;
+        }
+        if self.phase == Phase::WaitArrived {
+            let sources: Vec<usize> = match root {
+                None => (1..=n).map(|k| (me + k) % n).collect(),
+                Some(r) => vec![r],
+            };
+            // Only the ranks read from need to have published.
+            let published = match root {
+                None => area.all_reached(Counter::Arrived, self.seq)?,
+                Some(r) => area.reached(r, Counter::Arrived, self.seq)?,
+            };
+            if !published {
+                return Ok(());
+            }
+            for r in sources {
+                let at = if root.is_some() { 0 } else { r * block };
+                // SAFETY: the caller's receive buffer, ours alone until the operation completes
+                // (out_len bytes); `at + block <= out_len`.
+                let dst = unsafe { self.recv.add(at) };
+                if r == me {
+                    // In place (all-gather input already at its place, broadcast root with
+                    // send == recv): nothing to move.
+                    if !std::ptr::eq(self.send, dst) {
+                        // SAFETY: our send buffer holds `block` bytes; NCCL's in-place rule
+                        // means it either is this block of the output or does not overlap it.
+                        unsafe { std::ptr::copy(self.send, dst, block) };
+                    }
+                    continue;
+                }
+                match area.peer_buf(r, 0, block) {
+                    // SAFETY: rank r's send buffer is live and unwritten until every reader
+                    // marks Left; it cannot overlap our receive buffer (another rank's memory).
+                    PeerBuf::Direct(p) => unsafe { std::ptr::copy_nonoverlapping(p, dst, block) },
+                    PeerBuf::Remote { pid, addr } => {
+                        // SAFETY: as above; the slice is our own receive block.
+                        let out = unsafe { std::slice::from_raw_parts_mut(dst, block) };
+                        peer_mem::read_remote(pid, addr, out)?;
+                    }
+                }
+            }
+            area.mark(Counter::Left, self.seq);
+            self.phase = if root.is_some_and(|r| r != me) { Phase::Done } else { Phase::WaitLeft };
+        }
+        if self.phase == Phase::WaitLeft {
             if !area.all_reached(Counter::Left, self.seq)? {
                 return Ok(());
             }
@@ -403,16 +489,21 @@ mod tests {
         }
     }
 
-    /// Three ranks (threads) run one stream of all-reduces through every path: tiny and
-    /// small-slot one-shot, direct, in and out of place, each rank scaling its input by its
-    /// own PreMulSum scalar. The integer results are exact whatever the order of the terms.
+    /// Three ranks (threads) run one stream of node collectives through every path: tiny
+    /// and small-slot one-shot and direct all-reduces (each rank scaling its input by its own
+    /// PreMulSum scalar), all-gathers and broadcasts from every root, in and out of place,
+    /// interleaved so that each kind follows each other. Integer results are exact whatever
+    /// the order of the terms.
     #[test]
-    fn mixed_stream_of_all_reduces_is_exact() {
+    fn mixed_stream_of_node_collectives_is_exact() {
         use crate::transport::node_area::areas_for_threads;
         use crate::types::DataType;
         let n = 3;
         // Elements (i64): tiny (<= 7), small slots, direct (several 64 KiB pieces per rank).
-        let sizes = [1usize, 7, 8, 100, 2048, 1, 70_000, 5, 300_000, 2, 3];
+        let sizes = [1usize, 7, 8, 100, 2048, 1, 70_000, 5, 300_000, 2, 3, 5000, 1];
+        let input_of = |r: usize, k: usize, count: usize| -> Vec<i64> {
+            (0..count).map(|i| (i as i64 % 1000) * (r as i64 + 1) + k as i64).collect()
+        };
         let areas = areas_for_threads(n);
         let threads: Vec<_> = areas
             .into_iter()
@@ -420,24 +511,49 @@ mod tests {
             .map(|(me, mut area)| {
                 std::thread::spawn(move || {
                     let mut scratch = Vec::new();
-                    for (k, &count) in sizes.iter().enumerate() {
-                        let bytes = count * 8;
-                        let scalar = (me as i64 + 2).to_ne_bytes();
-                        let red = Reduction::pre_mul_sum(DataType::Int64, &scalar).unwrap();
-                        let input: Vec<i64> =
-                            (0..count).map(|i| (i as i64 % 1000) * (me as i64 + 1) + k as i64).collect();
-                        let in_place = k % 2 == 1;
-                        let mut out = if in_place { input.clone() } else { vec![-1i64; count] };
-                        let send = if in_place { out.as_ptr() as *const u8 } else { input.as_ptr() as *const u8 };
-                        let algo = NodeAlgo::for_all_reduce(bytes, n, false, None).unwrap();
-                        let mut op = NodeOp::new(algo, send, out.as_mut_ptr() as *mut u8, bytes, red);
-                        while !op.is_done() {
-                            op.progress(&mut area, &mut scratch).unwrap();
-                        }
-                        for (i, v) in out.iter().enumerate() {
-                            let want: i64 =
-                                (0..n as i64).map(|r| (r + 2) * ((i as i64 % 1000) * (r + 1) + k as i64)).sum();
-                            assert_eq!(*v, want, "rank {me}, op {k} ({count} elements, {algo:?}), element {i}");
+                    for round in 0..3 {
+                        for (k, &count) in sizes.iter().enumerate() {
+                            let k = k + round * sizes.len();
+                            let bytes = count * 8;
+                            let input = input_of(me, k, count);
+                            let in_place = k % 2 == 1;
+                            let (coll, algo, mut out, want): (NodeColl, NodeAlgo, Vec<i64>, Vec<i64>) = match k % 3 {
+                                0 => {
+                                    let scalar = (me as i64 + 2).to_ne_bytes();
+                                    let red = Reduction::pre_mul_sum(DataType::Int64, &scalar).unwrap();
+                                    let all: Vec<Vec<i64>> = (0..n).map(|r| input_of(r, k, count)).collect();
+                                    let want =
+                                        (0..count).map(|i| (0..n).map(|r| (r as i64 + 2) * all[r][i]).sum()).collect();
+                                    let algo = NodeAlgo::for_all_reduce(bytes, n, false, None).unwrap();
+                                    let out = if in_place { input.clone() } else { vec![-1; count] };
+                                    (NodeColl::AllReduce(red), algo, out, want)
+                                }
+                                1 => {
+                                    let mut out = vec![-1; n * count];
+                                    if in_place {
+                                        out[me * count..(me + 1) * count].copy_from_slice(&input);
+                                    }
+                                    let want = (0..n).flat_map(|r| input_of(r, k, count)).collect();
+                                    (NodeColl::AllGather, NodeAlgo::Direct, out, want)
+                                }
+                                _ => {
+                                    let root = k % n;
+                                    let out = if in_place && me == root { input.clone() } else { vec![-1; count] };
+                                    (NodeColl::Broadcast { root }, NodeAlgo::Direct, out, input_of(root, k, count))
+                                }
+                            };
+                            let send = match coll {
+                                NodeColl::AllGather if in_place => out[me * count..].as_ptr(),
+                                NodeColl::AllReduce(_) | NodeColl::Broadcast { .. } if in_place => out.as_ptr(),
+                                _ => input.as_ptr(),
+                            } as *const u8;
+                            let mut op = NodeOp::new(coll, algo, send, out.as_mut_ptr() as *mut u8, bytes);
+                            while !op.is_done() {
+                                op.progress(&mut area, &mut scratch).unwrap();
+                            }
+                            if let Some(i) = (0..want.len()).find(|&i| out[i] != want[i]) {
+                                panic!("rank {me}, op {k} ({coll:?}, {count} elements, {algo:?}): element {i} is {} not {}", out[i], want[i]);
+                            }
                         }
                     }
                 })

@@ -259,6 +259,17 @@ impl NodeArea {
         Ok(true)
     }
 
+    /// Whether `rank` reached `c` in operation `seq` or later (and its writes before that are
+    /// visible).
+    pub fn reached(&mut self, rank: usize, c: Counter, seq: u64) -> Result<bool> {
+        if self.floor[c as usize] >= seq || self.counter(rank, c).load(Ordering::Acquire) >= seq {
+            self.idle = 0;
+            return Ok(true);
+        }
+        self.note_idle()?;
+        Ok(false)
+    }
+
     /// This rank's tiny slot for operation `seq` (by parity): where its input goes before
     /// [`NodeArea::post_tiny`].
     pub fn tiny_data(&self, rank: usize, seq: u64) -> *mut u8 {

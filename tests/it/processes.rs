@@ -94,19 +94,20 @@ fn child_rank() {
     println!("CHILD {rank} done");
 }
 
-/// A broadcast (over the pairwise shared-memory connections) and all-reduces of
-/// ncclMemAlloc'd buffers, which ranks on one host map and reduce in place.
+/// Broadcasts (small ones over the pairwise shared-memory connections, large ones through the
+/// node area) and all-reduces of ncclMemAlloc'd buffers, which ranks on one host map and
+/// reduce in place.
 fn plain_extras(rank: usize, comm: ncclComm_t) {
     let s: *mut c_void = std::ptr::null_mut();
-    let count = 1 << 16;
-    for root in 0..2 {
+    for (count, root) in [(1000, 0), (1000, 1), (1 << 16, 0), (1 << 16, 1)] {
         let mut buf = vec![if rank == root { 7.0f32 } else { 0.0 }; count];
         let p = buf.as_mut_ptr().cast();
         check(ncclBroadcast(p, p, count, ncclDataType_t(7), root as i32, comm, s), "broadcast");
         assert!(buf.iter().all(|&v| v == 7.0));
     }
-    // 1 Mi floats (direct, mapped) and 1000 floats (one-shot), out of place and in place.
-    for count in [1usize << 20, 1000] {
+    // Direct (1 Mi floats: many pieces; 1000 floats), one-shot through the small slots (200
+    // floats) and through the tiny slots (10 floats), out of place and in place.
+    for count in [1usize << 20, 1000, 200, 10] {
         let bytes = count * 4;
         let (mut sp, mut rp): (*mut c_void, *mut c_void) = (std::ptr::null_mut(), std::ptr::null_mut());
         check(ncclMemAlloc(&mut sp, bytes), "ncclMemAlloc");

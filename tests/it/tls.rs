@@ -196,6 +196,7 @@ mod encrypted {
         for json in reports(&text) {
             assert_eq!(number_after(&json, "\"shm\"", "count"), 2, "{json}");
             assert_eq!(number_after(&json, "\"net\"", "count"), 0, "{json}");
+            assert_eq!(number_after(&json, "\"node_area\"", "ranks"), 2, "{json}");
             assert!(json.contains("\"note\":\"outside TLS boundary\""), "{json}");
         }
     }
@@ -413,6 +414,16 @@ fn ranks_on(id: ncclUniqueId) {
                 let mut b = if rank == 0 { mine.clone() } else { vec![0u8; bytes] };
                 check(ncclBroadcast(b.as_ptr().cast(), b.as_mut_ptr().cast(), bytes, UINT8, 0, comm.0, s), "bcast");
                 assert!(b.iter().enumerate().all(|(i, &v)| v == (i * 7) as u8));
+                // Small broadcasts from both roots go point to point (not through a node
+                // area), so each rank has a send and a receive connection whatever the transport.
+                for root in 0..2 {
+                    let mut b = if rank == root { mine[..100].to_vec() } else { vec![0u8; 100] };
+                    check(
+                        ncclBroadcast(b.as_ptr().cast(), b.as_mut_ptr().cast(), 100, UINT8, root, comm.0, s),
+                        "bcast",
+                    );
+                    assert!(b.iter().enumerate().all(|(i, &v)| v == (i * 7 + root as usize) as u8));
+                }
                 let mut buf = vec![0 as c_char; 4096];
                 check(ferrocclCommEncryptionReport(comm.0, buf.as_mut_ptr(), buf.len()), "report");
                 // SAFETY: the report is NUL-terminated inside buf.
