@@ -224,15 +224,15 @@ launch=("$MPIRUN" --oversubscribe --bind-to none -x NCCL_SOCKET_IFNAME=lo)
 # ferroccl's version line and transport, from a one-size run with NCCL_DEBUG=INFO.
 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALL timeout 120 "${launch[@]}" -np 2 -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS "$fbench" all_reduce -b 1M -e 1M -n 1 -w 0 -c 0 \
     "${fextra[@]}" >"$logs/probe.txt" 2>&1
-# Links connect on first use, and all-reduce on one host goes through the node area: the
-# point-to-point transport shows in an all-gather.
-NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALL timeout 120 "${launch[@]}" -np 2 -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS "$fbench" all_gather -b 1M -e 1M -n 1 -w 0 -c 0 \
+# Links connect on first use, and all-reduce, all-gather and large broadcasts on one host go
+# through the node area: the point-to-point transport shows in a small broadcast.
+NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALL timeout 120 "${launch[@]}" -np 2 -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS "$fbench" broadcast -b 4K -e 4K -n 1 -w 0 -c 0 \
     "${fextra[@]}" >>"$logs/probe.txt" 2>&1
 {
     echo "ferroccl_version=$(grep -m1 'NCCL INFO NCCL version' "$logs/probe.txt" | sed 's/.*NCCL INFO //')"
     echo "ferroccl_bench_version=$(grep -m1 '^# ferroccl-bench version' "$logs/probe.txt" | sed 's/^# //')"
     echo "ferroccl_transport=$(grep -o ' via [^ ]*' "$logs/probe.txt" | sed 's/^ via //' | sort | uniq -c |
-        awk '{printf "%s%s (%s connections)", (NR > 1 ? ", " : ""), $2, $1}') at 2 ranks (all_gather)"
+        awk '{printf "%s%s (%s connections)", (NR > 1 ? ", " : ""), $2, $1}') at 2 ranks (4 KiB broadcast)"
     echo "ferroccl_node_area=$(grep -m1 -o 'Node area: .*' "$logs/probe.txt")"
     echo "ferroccl_buffers=$(grep -m1 -o 'host memory from .*' "$logs/probe.txt" | sed 's/^host memory from //')"
     echo "ferroccl_transport_lines=$(grep -o 'Channel .* via .*' "$logs/probe.txt" | sort -u | paste -sd ';' -)"
@@ -274,12 +274,26 @@ wait_for_idle() { # tag
     echo "ok $((SECONDS - start)) $b" >"$logs/$1.wait"
 }
 
+# Steal time (a virtual machine's CPUs lent to other guests) as a share of the CPU time that
+# passed between two /proc/stat cpu lines: invisible before a run, it slows the run itself.
+steal_pct() { # "cpu ..." line before, line after
+    local -a a b
+    read -ra a <<<"$1"
+    read -ra b <<<"$2"
+    local i tot=0
+    for i in 1 2 3 4 5 6 7 8; do tot=$((tot + ${b[i]:-0} - ${a[i]:-0})); done
+    [ "$tot" -gt 0 ] && echo $(( (100 * (${b[8]:-0} - ${a[8]:-0}) + tot / 2) / tot )) || echo 0
+}
+
 run_logged() { # name cmd...
     local name=$1; shift
     echo "$*" >"$logs/$name.cmd"
     cpu_busy >"$logs/$name.busy"
+    local before
+    before=$(grep '^cpu ' /proc/stat)
     timeout "$timeout_s" "$@" >"$logs/$name.out" 2>&1
     local rc=$?
+    steal_pct "$before" "$(grep '^cpu ' /proc/stat)" >"$logs/$name.steal"
     echo "$rc" >"$logs/$name.rc"
     [ "$rc" -eq 0 ] || echo "#   $name: exit status $rc (see the report)"
     return 0
@@ -357,12 +371,13 @@ for n in nps:
         while os.path.exists(os.path.join(logs, f"ompi-{n}-{coll}-r{r}.cmd")):
             tag = f"{n}-{coll}-r{r}"
             r += 1
-            fres, fjson, busy = [], [], []
+            fres, fjson, busy, steal = [], [], [], []
             k = 0
             while os.path.exists(os.path.join(logs, f"ferroccl-{tag}-seg{k}.cmd")):
                 base = os.path.join(logs, f"ferroccl-{tag}-seg{k}")
                 k += 1
                 busy.append(read(base + ".busy").strip())
+                steal.append(read(base + ".steal").strip())
                 rc = read(base + ".rc").strip()
                 if rc != "0":
                     failures.append(f"ferroccl-bench {coll} at {n} ranks (repeat {r}, `{read(base + '.cmd').strip()}`): "
@@ -373,6 +388,7 @@ for n in nps:
                     fres += j.get("results", [])
             obase = os.path.join(logs, f"ompi-{tag}")
             busy.append(read(obase + ".busy").strip())
+            steal.append(read(obase + ".steal").strip())
             rc = read(obase + ".rc").strip()
             if rc != "0":
                 failures.append(f"ompi_bench {coll} at {n} ranks (repeat {r}): exit status {rc or '?'}; "
@@ -382,7 +398,8 @@ for n in nps:
             reps.append({"wait_idle": {"result": wt[0], "waited_s": int(wt[1]), "busy_pct": int(wt[2])} if len(wt) == 3 else None,
                          "ferroccl": fres, "ompi": oj.get("results", []), "ferroccl_runs": fjson,
                          "ompi_run": {k2: v for k2, v in oj.items() if k2 != "results"},
-                         "host_busy_pct": [int(x) for x in busy if x]})
+                         "host_busy_pct": [int(x) for x in busy if x],
+                         "steal_pct": [int(x) for x in steal if x]})
         nrows = max([len(x["ferroccl"]) for x in reps] + [len(x["ompi"]) for x in reps] + [0])
         rows = []
         # Rows pair by position: both programs sweep the same requested sizes in the same order
@@ -408,6 +425,7 @@ for n in nps:
             })
         runs.append({"nranks": n, "collective": coll, "rows": rows,
                      "host_busy_pct": [b for x in reps for b in x["host_busy_pct"]],
+                     "steal_pct": [b for x in reps for b in x["steal_pct"]],
                      "wait_idle": [x["wait_idle"] for x in reps],
                      "ferroccl_runs": [x["ferroccl_runs"] for x in reps],
                      "ompi_runs": [x["ompi_run"] for x in reps]})
@@ -508,6 +526,11 @@ for r in runs:
                 else "; these numbers are disturbed") if max(bz) >= 20 else "")
           + "".join(f"; waited {w['waited_s']} s for an idle host" + (" and gave up" if w["result"] == "timeout" else "")
                     for w in r["wait_idle"] if w))
+        P("")
+    st = r.get("steal_pct") or []
+    if st:
+        P(f"CPU time stolen by the hypervisor during each run (same order): {', '.join(f'{x}%' for x in st)}"
+          + (" -- runs with 10% or more were slowed by other guests" if max(st) >= 10 else ""))
         P("")
     P("| size (B) | ferroccl busbw (GB/s) | Open MPI busbw (GB/s) | ratio | ferroccl time (us) | Open MPI time (us) |")
     P("|---:|---:|---:|---:|---:|---:|")
