@@ -222,11 +222,12 @@ fn node_algorithm(comm: &Comm, req: &OpRequest, bytes: usize, tuning: &algo::Tun
         return None;
     }
     match req.op {
-        CollOp::AllReduce => {
+        // An all-gather's one-shot reads n blocks as an all-reduce's reads n inputs: the same
+        // crossover, in bytes per rank.
+        CollOp::AllReduce | CollOp::AllGather => {
             let oversubscribed = comm.nranks > crate::topo::usable_cores();
             node::NodeAlgo::for_all_reduce(bytes, comm.nranks, oversubscribed, tuning.node_one_shot_max)
         }
-        CollOp::AllGather => Some(node::NodeAlgo::Direct),
         CollOp::Broadcast { .. } if bytes >= node::BROADCAST_DIRECT_MIN => Some(node::NodeAlgo::Direct),
         _ => None,
     }

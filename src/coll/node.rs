@@ -11,7 +11,8 @@
 //!   place (no copy at all); others through one kernel copy each way. Each rank reads and
 //!   writes the message once, where a ring moves it twice.
 //! - **Pull** all-gather and broadcast: every rank copies the blocks it lacks straight from
-//!   the owners' send buffers into its own receive buffer (one copy per byte).
+//!   the owners' send buffers into its own receive buffer (one copy per byte). Small
+//!   all-gathers go one-shot instead, copying slots where an all-reduce folds them.
 //!
 //! Both are state machines the executor polls (`progress` never blocks), so one thread can
 //! drive the ranks of several communicators, and each rank folds the same inputs in the same
@@ -141,9 +142,10 @@ impl NodeOp {
     pub fn progress(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>) -> Result<bool> {
         let before = self.phase;
         match (self.coll, self.algo) {
-            (NodeColl::AllReduce(red), NodeAlgo::OneShot) => self.one_shot(area, red)?,
+            (NodeColl::AllReduce(red), NodeAlgo::OneShot) => self.one_shot(area, Some(red))?,
             (NodeColl::AllReduce(red), NodeAlgo::Direct) => self.direct(area, scratch, red)?,
-            (NodeColl::AllGather, _) => self.pull(area, None)?,
+            (NodeColl::AllGather, NodeAlgo::OneShot) => self.one_shot(area, None)?,
+            (NodeColl::AllGather, NodeAlgo::Direct) => self.pull(area, None)?,
             (NodeColl::Broadcast { root }, _) => self.pull(area, Some(root))?,
         }
         Ok(self.phase != before)
@@ -152,7 +154,8 @@ impl NodeOp {
     /// Each rank puts its input in its slot and folds everybody's slots. Inputs of up to
     /// [`TINY_BYTES`] travel in the cache line that also says they are ready (one line
     /// transfer per peer); larger ones in the small slots, announced by the Arrived counter.
-    fn one_shot(&mut self, area: &mut NodeArea, red: Reduction) -> Result<()> {
+    /// `red` None: all-gather (each rank's slot is copied to its block of the output).
+    fn one_shot(&mut self, area: &mut NodeArea, red: Option<Reduction>) -> Result<()> {
         let (me, n) = (area.rank(), area.nranks());
         let tiny = self.bytes <= TINY_BYTES;
         let slot_of = |area: &NodeArea, r: usize, seq: u64| {
@@ -182,7 +185,10 @@ impl NodeOp {
                     std::slice::from_raw_parts(self.send, self.bytes),
                 )
             };
-            red.prepare(slot, input)?;
+            match red {
+                Some(red) => red.prepare(slot, input)?,
+                None => slot.copy_from_slice(input),
+            }
             if tiny {
                 area.post_tiny(self.seq);
             } else {
@@ -199,19 +205,23 @@ impl NodeOp {
             if !arrived {
                 return Ok(());
             }
-            // SAFETY: the caller's receive buffer, ours alone until the operation completes.
-            let out = unsafe { std::slice::from_raw_parts_mut(self.recv, self.bytes) };
+            let out_len = if red.is_some() { self.bytes } else { n * self.bytes };
+            // SAFETY: the caller's receive buffer, ours alone until the operation completes
+            // (an in-place all-gather input in it was copied to our slot before).
+            let out = unsafe { std::slice::from_raw_parts_mut(self.recv, out_len) };
             for r in 0..n {
                 // SAFETY: rank r's slot holds this operation's input (posted or its Arrived
                 // counter reached seq, with Release) and is not rewritten before we mark Left.
                 let input = unsafe { std::slice::from_raw_parts(slot_of(area, r, self.seq), self.bytes) };
-                if r == 0 {
-                    out.copy_from_slice(input);
-                } else {
-                    red.accumulate(out, input)?;
+                match red {
+                    None => out[r * self.bytes..(r + 1) * self.bytes].copy_from_slice(input),
+                    Some(_) if r == 0 => out.copy_from_slice(input),
+                    Some(red) => red.accumulate(out, input)?,
                 }
             }
-            red.finalize(out)?;
+            if let Some(red) = red {
+                red.finalize(out)?;
+            }
             area.mark(Counter::Left, self.seq);
             self.phase = Phase::Done;
         }
@@ -534,7 +544,8 @@ mod tests {
                                         out[me * count..(me + 1) * count].copy_from_slice(&input);
                                     }
                                     let want = (0..n).flat_map(|r| input_of(r, k, count)).collect();
-                                    (NodeColl::AllGather, NodeAlgo::Direct, out, want)
+                                    let algo = NodeAlgo::for_all_reduce(bytes, n, false, None).unwrap();
+                                    (NodeColl::AllGather, algo, out, want)
                                 }
                                 _ => {
                                     let root = k % n;
