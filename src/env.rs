@@ -153,8 +153,8 @@ pub static PARAMS: &[Param] = &[
         "FERROCCL_NODE_ONESHOT_MAX",
         Bytes,
         "",
-        "All-reduces on one host of at most this many bytes (up to 16K) use the one-shot algorithm, \
-         larger ones the direct one; unset: chosen by the number of ranks",
+        "All-reduces (all-gathers: bytes per rank) on one host of at most this many bytes (up to 16K) \
+         use the one-shot algorithm, larger ones the direct one; unset: chosen by the number of ranks",
     ),
     param(
         "FERROCCL_ENCRYPTION_POLICY",
@@ -296,7 +296,7 @@ impl Snapshot {
     pub fn get_bytes(&self, name: &str) -> u64 {
         let p = checked(name, &[Bytes, Int]);
         debug_assert!(!p.default.is_empty(), "{name} has no default");
-        self.raw(p).and_then(parse_bytes).or_else(|| parse_bytes(p.default)).unwrap_or(0)
+        self.get_bytes_opt(p.name).unwrap_or(0)
     }
 
     /// A byte count as set, else the default, else `None` (for defaults that mean "auto").

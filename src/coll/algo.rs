@@ -289,7 +289,8 @@ pub struct Tuning {
     /// Messages of at most this total size use the latency algorithm by default.
     pub tree_threshold: usize,
     pub selection: AlgoSelection,
-    /// Node all-reduces of at most this many bytes go one-shot; `None`: chosen by rank count.
+    /// Node all-reduces (all-gathers: per rank) of at most this many bytes go one-shot;
+    /// `None`: chosen by rank count.
     pub node_one_shot_max: Option<usize>,
 }
 

@@ -226,7 +226,7 @@ fn node_algorithm(comm: &Comm, req: &OpRequest, bytes: usize, tuning: &algo::Tun
         // crossover, in bytes per rank.
         CollOp::AllReduce | CollOp::AllGather => {
             let oversubscribed = comm.nranks > crate::topo::usable_cores();
-            node::NodeAlgo::for_all_reduce(bytes, comm.nranks, oversubscribed, tuning.node_one_shot_max)
+            node::NodeAlgo::for_size(bytes, comm.nranks, oversubscribed, tuning.node_one_shot_max)
         }
         CollOp::Broadcast { .. } if bytes >= node::BROADCAST_DIRECT_MIN => Some(node::NodeAlgo::Direct),
         _ => None,

@@ -59,10 +59,10 @@ pub enum NodeAlgo {
 }
 
 impl NodeAlgo {
-    /// The algorithm for an all-reduce of `bytes` over `nranks` ranks with a node area (more
-    /// of them than cores when `oversubscribed`), if one; `one_shot_max` overrides
-    /// [`one_shot_max`] (capped at the small slots' size).
-    pub fn for_all_reduce(
+    /// The algorithm for an all-reduce of `bytes` (or an all-gather of `bytes` per rank) over
+    /// `nranks` ranks with a node area (more of them than cores when `oversubscribed`), if
+    /// one; `one_shot_max` overrides [`one_shot_max`] (capped at the small slots' size).
+    pub fn for_size(
         bytes: usize,
         nranks: usize,
         oversubscribed: bool,
@@ -177,7 +177,7 @@ impl NodeOp {
             }
             // Our own input enters scaled by our own PreMulSum scalar (ranks' scalars differ).
             // SAFETY: our own slot, of TINY_BYTES (tiny) or SMALL_BYTES >= bytes
-            // (for_all_reduce), which no rank reads until we post it; the send buffer is the
+            // (for_size), which no rank reads until we post it; the send buffer is the
             // caller's, valid for `bytes`, and cannot overlap the shared slot.
             let (slot, input) = unsafe {
                 (
@@ -310,14 +310,8 @@ impl NodeOp {
             area.mark(Counter::Left, self.seq);
             self.phase = Phase::WaitLeft;
         }
-        if self.phase == Phase::WaitLeft {
-            // Others still write into our receive buffer and read our send buffer until then.
-            if !area.all_reached(Counter::Left, self.seq)? {
-                return Ok(());
-            }
-            self.phase = Phase::Done;
-        }
-        Ok(())
+        // Others still write into our receive buffer and read our send buffer until then.
+        self.wait_left(area)
     }
 
     /// All-gather (`root` None) and broadcast: each rank copies what it needs from its peers'
@@ -337,10 +331,6 @@ impl NodeOp {
             self.phase = Phase::WaitArrived;
         }
         if self.phase == Phase::WaitArrived {
-            let sources: Vec<usize> = match root {
-                None => (1..=n).map(|k| (me + k) % n).collect(),
-                Some(r) => vec![r],
-            };
             // Only the ranks read from need to have published.
             let published = match root {
                 None => area.all_reached(Counter::Arrived, self.seq)?,
@@ -349,7 +339,10 @@ impl NodeOp {
             if !published {
                 return Ok(());
             }
-            for r in sources {
+            // All-gather: every rank, starting after this one so that not all read rank 0 first.
+            let sources = if root.is_some() { 1 } else { n };
+            for k in 1..=sources {
+                let r = root.unwrap_or((me + k) % n);
                 let at = if root.is_some() { 0 } else { r * block };
                 // SAFETY: the caller's receive buffer, ours alone until the operation completes
                 // (out_len bytes); `at + block <= out_len`.
@@ -378,10 +371,13 @@ impl NodeOp {
             area.mark(Counter::Left, self.seq);
             self.phase = if root.is_some_and(|r| r != me) { Phase::Done } else { Phase::WaitLeft };
         }
-        if self.phase == Phase::WaitLeft {
-            if !area.all_reached(Counter::Left, self.seq)? {
-                return Ok(());
-            }
+        // Peers read our send buffer until then.
+        self.wait_left(area)
+    }
+
+    /// Phase WaitLeft: done once every rank has marked Left for this operation.
+    fn wait_left(&mut self, area: &mut NodeArea) -> Result<()> {
+        if self.phase == Phase::WaitLeft && area.all_reached(Counter::Left, self.seq)? {
             self.phase = Phase::Done;
         }
         Ok(())
@@ -534,7 +530,7 @@ mod tests {
                                     let all: Vec<Vec<i64>> = (0..n).map(|r| input_of(r, k, count)).collect();
                                     let want =
                                         (0..count).map(|i| (0..n).map(|r| (r as i64 + 2) * all[r][i]).sum()).collect();
-                                    let algo = NodeAlgo::for_all_reduce(bytes, n, false, None).unwrap();
+                                    let algo = NodeAlgo::for_size(bytes, n, false, None).unwrap();
                                     let out = if in_place { input.clone() } else { vec![-1; count] };
                                     (NodeColl::AllReduce(red), algo, out, want)
                                 }
@@ -544,7 +540,7 @@ mod tests {
                                         out[me * count..(me + 1) * count].copy_from_slice(&input);
                                     }
                                     let want = (0..n).flat_map(|r| input_of(r, k, count)).collect();
-                                    let algo = NodeAlgo::for_all_reduce(bytes, n, false, None).unwrap();
+                                    let algo = NodeAlgo::for_size(bytes, n, false, None).unwrap();
                                     (NodeColl::AllGather, algo, out, want)
                                 }
                                 _ => {
@@ -581,16 +577,16 @@ mod tests {
             for over in [false, true] {
                 let max = one_shot_max(n, over);
                 assert!(max <= SMALL_BYTES);
-                assert_eq!(NodeAlgo::for_all_reduce(0, n, over, None), None);
-                assert_eq!(NodeAlgo::for_all_reduce(8, n, over, None), Some(NodeAlgo::OneShot));
-                assert_eq!(NodeAlgo::for_all_reduce(max, n, over, None), Some(NodeAlgo::OneShot));
-                assert_eq!(NodeAlgo::for_all_reduce(max + 1, n, over, None), Some(NodeAlgo::Direct));
+                assert_eq!(NodeAlgo::for_size(0, n, over, None), None);
+                assert_eq!(NodeAlgo::for_size(8, n, over, None), Some(NodeAlgo::OneShot));
+                assert_eq!(NodeAlgo::for_size(max, n, over, None), Some(NodeAlgo::OneShot));
+                assert_eq!(NodeAlgo::for_size(max + 1, n, over, None), Some(NodeAlgo::Direct));
             }
             assert!(one_shot_max(n, true) >= one_shot_max(n, false));
         }
         // The override is capped at the small slots' size; 0 sends everything direct.
-        assert_eq!(NodeAlgo::for_all_reduce(8, 2, false, Some(0)), Some(NodeAlgo::Direct));
-        assert_eq!(NodeAlgo::for_all_reduce(SMALL_BYTES, 2, false, Some(1 << 30)), Some(NodeAlgo::OneShot));
-        assert_eq!(NodeAlgo::for_all_reduce(SMALL_BYTES + 1, 2, false, Some(1 << 30)), Some(NodeAlgo::Direct));
+        assert_eq!(NodeAlgo::for_size(8, 2, false, Some(0)), Some(NodeAlgo::Direct));
+        assert_eq!(NodeAlgo::for_size(SMALL_BYTES, 2, false, Some(1 << 30)), Some(NodeAlgo::OneShot));
+        assert_eq!(NodeAlgo::for_size(SMALL_BYTES + 1, 2, false, Some(1 << 30)), Some(NodeAlgo::Direct));
     }
 }
