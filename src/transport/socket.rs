@@ -186,13 +186,22 @@ impl Stream {
         }
     }
 
-    /// Data connections: coalesce TLS records into large writes, and rotate keys every
-    /// FERROCCL_TLS_REKEY_BYTES. Writers must then call [`Stream::flush_pending`].
+    /// Sending side of a data connection: coalesce TLS records into large writes, and rotate
+    /// keys every FERROCCL_TLS_REKEY_BYTES. Writers must then call [`Stream::flush_pending`].
     pub fn configure_for_data(&mut self) {
         #[cfg(feature = "openssl3")]
         if let Inner::Tls(t) = &mut self.inner {
-            t.set_coalescing(true);
+            t.batch_writes();
             t.set_rekey_after(tls::rekey_bytes());
+        }
+    }
+
+    /// Receiving side of a data connection (after its hello): TLS records are read many per
+    /// recv().
+    pub fn configure_for_receiving(&mut self) {
+        #[cfg(feature = "openssl3")]
+        if let Inner::Tls(t) = &mut self.inner {
+            t.batch_reads();
         }
     }
 

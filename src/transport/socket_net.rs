@@ -400,6 +400,7 @@ impl Acceptor {
                         return Err(Error::remote(format!("bad data socket {sub} of {nsub}")));
                     }
                     stream.attribute(h.magic, tls::Owner::Listener, tls::Channel::NetSocket);
+                    stream.configure_for_receiving();
                     let id = ConnectorId { comm_magic: h.magic, rank: h.rank, channel };
                     return Ok(Some(Arrived { id, sub, nsub, stream }));
                 }
