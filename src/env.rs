@@ -171,6 +171,12 @@ pub static PARAMS: &[Param] = &[
         "1 lets communicators whose ranks are all on this host all-reduce through one shared area (one-shot up to 8 KiB, direct above); 0 uses rings and trees over the transports",
     ),
     param(
+        "FERROCCL_CUDA_DISABLE",
+        Bool,
+        "0",
+        "1 keeps the library in host-memory mode even where a CUDA driver and GPU are present",
+    ),
+    param(
         "FERROCCL_SHM_DIRECT",
         Bool,
         "1",

@@ -22,6 +22,7 @@ pub mod bootstrap;
 pub mod coll;
 pub mod comm;
 pub mod config;
+pub mod cuda;
 pub mod debug;
 pub mod encryption;
 pub mod env;

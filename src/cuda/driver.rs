@@ -1,0 +1,148 @@
+//! The CUDA driver: a probe made once per process, result checking, and contexts.
+//!
+//! The probe opens `libcuda` (cudarc's dynamic loading) and calls `cuInit`. Without a driver or
+//! without a device the library stays in host-memory mode and says so once at INFO.
+//! `FERROCCL_CUDA_DISABLE=1` forces host-memory mode.
+
+use std::ffi::CStr;
+use std::sync::OnceLock;
+
+use cudarc::driver::sys;
+
+use crate::error::{Error, Result};
+
+/// What the probe found.
+#[derive(Clone, Copy, Debug)]
+struct Probe {
+    devices: i32,
+    driver_version: i32,
+}
+
+fn probe() -> Option<Probe> {
+    static PROBE: OnceLock<Option<Probe>> = OnceLock::new();
+    *PROBE.get_or_init(|| {
+        let found = run_probe();
+        match &found {
+            Ok(p) => log::info!(
+                target: "INIT",
+                "CUDA: driver {}.{}, {} device(s); device buffers are supported",
+                p.driver_version / 1000,
+                (p.driver_version % 1000) / 10,
+                p.devices
+            ),
+            Err(why) => log::info!(target: "INIT", "CUDA: {why}; host memory only"),
+        }
+        found.ok()
+    })
+}
+
+fn run_probe() -> std::result::Result<Probe, String> {
+    if crate::env::get_bool("FERROCCL_CUDA_DISABLE") {
+        return Err("disabled by FERROCCL_CUDA_DISABLE".into());
+    }
+    // SAFETY: only tries to open the library; no CUDA call is made.
+    if !unsafe { sys::is_culib_present() } {
+        return Err("no driver (libcuda.so.1 not found)".into());
+    }
+    // SAFETY: the library is present (checked above); cuInit has no other precondition.
+    let res = std::panic::catch_unwind(|| unsafe { sys::cuInit(0) })
+        .map_err(|_| "the CUDA driver library could not be used".to_string())?;
+    check(res, "cuInit").map_err(|e| e.to_string())?;
+    let mut devices = 0;
+    // SAFETY: cuInit succeeded; the out-pointer is a live local.
+    check(unsafe { sys::cuDeviceGetCount(&mut devices) }, "cuDeviceGetCount").map_err(|e| e.to_string())?;
+    if devices == 0 {
+        return Err("no CUDA device".into());
+    }
+    let mut driver_version = 0;
+    // SAFETY: as above.
+    check(unsafe { sys::cuDriverGetVersion(&mut driver_version) }, "cuDriverGetVersion").map_err(|e| e.to_string())?;
+    Ok(Probe { devices, driver_version })
+}
+
+/// Whether CUDA can be used in this process (probed once).
+pub fn available() -> bool {
+    probe().is_some()
+}
+
+/// Turns a driver result into an error naming the call.
+pub fn check(res: sys::CUresult, call: &'static str) -> Result<()> {
+    if res == sys::CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    Err(Error::Cuda { call, message: describe(res) })
+}
+
+/// The driver's name and text for a result code.
+pub fn describe(res: sys::CUresult) -> String {
+    let mut name: *const std::ffi::c_char = std::ptr::null();
+    let mut text: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: only called after a successful probe (a result exists only then); the driver
+    // returns pointers to static strings or leaves them NULL.
+    unsafe {
+        sys::cuGetErrorName(res, &mut name);
+        sys::cuGetErrorString(res, &mut text);
+    }
+    let s = |p: *const std::ffi::c_char| {
+        // SAFETY: NULL or a static NUL-terminated string from the driver.
+        (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    };
+    match (s(name), s(text)) {
+        (Some(n), Some(t)) => format!("{n} ({t})"),
+        (Some(n), None) => n,
+        _ => format!("CUDA error {}", res as i32),
+    }
+}
+
+/// A CUDA context handle that may cross threads (contexts are process-wide objects).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Context(pub(crate) sys::CUcontext);
+
+// SAFETY: a CUcontext is a process-wide handle; the driver allows using it from any thread.
+unsafe impl Send for Context {}
+// SAFETY: as above; the handle itself is never mutated.
+unsafe impl Sync for Context {}
+
+/// The calling thread's current context, if CUDA is available and the thread has one (a
+/// program that uses the CUDA runtime has its device's primary context current).
+pub fn current_context() -> Option<Context> {
+    if !available() {
+        return None;
+    }
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: probe succeeded; out-pointer is a live local.
+    let res = unsafe { sys::cuCtxGetCurrent(&mut ctx) };
+    (res == sys::CUresult::CUDA_SUCCESS && !ctx.is_null()).then_some(Context(ctx))
+}
+
+/// The device of the calling thread's current context.
+pub fn current_device() -> Option<i32> {
+    current_context()?;
+    let mut dev: sys::CUdevice = 0;
+    // SAFETY: a context is current (checked); out-pointer is a live local.
+    let res = unsafe { sys::cuCtxGetDevice(&mut dev) };
+    (res == sys::CUresult::CUDA_SUCCESS).then_some(dev)
+}
+
+/// Makes `ctx` current on the calling thread (worker threads serving a rank's streams).
+pub fn make_current(ctx: Context) -> Result<()> {
+    // SAFETY: ctx came from the driver and contexts are never destroyed by ferroccl.
+    check(unsafe { sys::cuCtxSetCurrent(ctx.0) }, "cuCtxSetCurrent")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_never_panics_and_is_stable() {
+        // On machines without a driver this must say no, quietly; with one, yes twice.
+        let first = available();
+        assert_eq!(first, available());
+        if !first {
+            println!("skipped the device part: no CUDA driver or device on this machine");
+            assert!(current_context().is_none());
+            assert!(current_device().is_none());
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! What kind of memory a pointer is, and the allocations ferroccl makes on the GPU's behalf.
+//!
+//! [`MemKind`] is the one description of a buffer's memory that the collective layer dispatches
+//! on: host memory runs on the calling thread as before; device memory runs ordered on the
+//! caller's CUDA stream.
+
+use cudarc::driver::sys;
+
+use super::driver::{self, check};
+use crate::error::{Error, Result};
+
+/// Where a buffer lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemKind {
+    /// Memory the CPU can use directly: malloc'd, stack, ncclMemAlloc's shareable host memory,
+    /// pinned host memory.
+    Host,
+    /// CUDA device memory (cudaMalloc, cuMem*, managed memory) of one device.
+    Device { device: i32 },
+}
+
+impl MemKind {
+    pub fn is_device(self) -> bool {
+        matches!(self, MemKind::Device { .. })
+    }
+}
+
+/// Asks the driver what `ptr` is. Pointers unknown to CUDA (and every pointer when CUDA is
+/// unavailable or the thread has no context) are host memory.
+pub fn classify(ptr: *const u8) -> MemKind {
+    if ptr.is_null() || driver::current_context().is_none() {
+        return MemKind::Host;
+    }
+    let mut mem_type: u32 = 0;
+    // SAFETY: CUDA is available and a context is current; the out-pointer is a live u32,
+    // the size this attribute writes.
+    let res = unsafe {
+        sys::cuPointerGetAttribute(
+            &mut mem_type as *mut u32 as *mut std::ffi::c_void,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            ptr as sys::CUdeviceptr,
+        )
+    };
+    if res != sys::CUresult::CUDA_SUCCESS {
+        return MemKind::Host; // not CUDA memory: plain host memory
+    }
+    let mut managed: u32 = 0;
+    // SAFETY: as above; IS_MANAGED writes a 32-bit boolean.
+    let managed_res = unsafe {
+        sys::cuPointerGetAttribute(
+            &mut managed as *mut u32 as *mut std::ffi::c_void,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+            ptr as sys::CUdeviceptr,
+        )
+    };
+    let is_managed = managed_res == sys::CUresult::CUDA_SUCCESS && managed != 0;
+    if mem_type == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32 && !is_managed {
+        return MemKind::Host; // pinned host memory: the CPU path serves it
+    }
+    let mut ordinal: i32 = -1;
+    // SAFETY: as above; DEVICE_ORDINAL writes an int.
+    let res = unsafe {
+        sys::cuPointerGetAttribute(
+            &mut ordinal as *mut i32 as *mut std::ffi::c_void,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            ptr as sys::CUdeviceptr,
+        )
+    };
+    if res != sys::CUresult::CUDA_SUCCESS || ordinal < 0 {
+        ordinal = driver::current_device().unwrap_or(0);
+    }
+    MemKind::Device { device: ordinal }
+}
+
+/// Device memory for ncclMemAlloc, on the calling thread's current device. Allocated with
+/// the classic allocator so that other processes can open it with CUDA IPC.
+pub fn alloc_device(size: usize) -> Result<*mut u8> {
+    let mut dptr: sys::CUdeviceptr = 0;
+    // SAFETY: callers check that a context is current; the out-pointer is a live local.
+    check(unsafe { sys::cuMemAlloc_v2(&mut dptr, size.max(1)) }, "cuMemAlloc")?;
+    Ok(dptr as *mut u8)
+}
+
+/// Frees memory from [`alloc_device`] (or any cuMemAlloc'd pointer).
+pub fn free_device(ptr: *mut u8) -> Result<()> {
+    // SAFETY: ptr is device memory (the caller classified it); a wrong pointer is reported by
+    // the driver, not dereferenced.
+    check(unsafe { sys::cuMemFree_v2(ptr as sys::CUdeviceptr) }, "cuMemFree")
+}
+
+/// Page-locked host memory that the GPU can reach (copies at full speed, and the target of
+/// stream memory operations). Freed on drop.
+pub struct Pinned {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: plain host memory owned by this value; no thread affinity.
+unsafe impl Send for Pinned {}
+// SAFETY: shared access only hands out the address; writers synchronise externally.
+unsafe impl Sync for Pinned {}
+
+impl Pinned {
+    /// `len` bytes, zeroed.
+    pub fn new(len: usize) -> Result<Pinned> {
+        if !driver::available() {
+            return Err(Error::invalid_usage("pinned host memory needs CUDA"));
+        }
+        let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
+        let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
+        // SAFETY: CUDA is available; out-pointer is a live local.
+        check(unsafe { sys::cuMemHostAlloc(&mut p, len.max(1), flags) }, "cuMemHostAlloc")?;
+        // SAFETY: the driver returned len bytes of writable host memory.
+        unsafe { std::ptr::write_bytes(p as *mut u8, 0, len) };
+        Ok(Pinned { ptr: p as *mut u8, len })
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The address the GPU uses for this memory (the same as the host's with unified
+    /// addressing, which every supported GPU has).
+    pub fn device_ptr(&self) -> Result<sys::CUdeviceptr> {
+        let mut d: sys::CUdeviceptr = 0;
+        // SAFETY: ptr came from cuMemHostAlloc with DEVICEMAP; out-pointer is a live local.
+        check(
+            unsafe { sys::cuMemHostGetDevicePointer_v2(&mut d, self.ptr as *mut std::ffi::c_void, 0) },
+            "cuMemHostGetDevicePointer",
+        )?;
+        Ok(d)
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // SAFETY: ptr came from cuMemHostAlloc and is freed once.
+        let res = unsafe { sys::cuMemFreeHost(self.ptr as *mut std::ffi::c_void) };
+        if res != sys::CUresult::CUDA_SUCCESS {
+            log::warn!(target: "ALLOC", "cuMemFreeHost failed: {}", driver::describe(res));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_pointers_are_host_memory() {
+        let v = vec![1u8; 64];
+        assert_eq!(classify(v.as_ptr()), MemKind::Host);
+        assert_eq!(classify(std::ptr::null()), MemKind::Host);
+        let x = 5u64;
+        assert_eq!(classify(&x as *const u64 as *const u8), MemKind::Host);
+    }
+}

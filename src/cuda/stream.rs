@@ -1,0 +1,69 @@
+//! Stream-ordered work on the caller's CUDA stream: copies, and the two memory operations
+//! that let a host thread and a stream hand work to each other without a kernel spinning
+//! (a stream writes a flag when it reaches a point; a stream waits until a flag is reached).
+
+use cudarc::driver::sys;
+
+use super::driver::check;
+use crate::error::Result;
+
+/// A CUDA stream as the user passed it (`cudaStream_t` and `CUstream` are the same handle;
+/// NULL is the legacy default stream).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Stream(pub usize);
+
+impl Stream {
+    pub fn from_raw(raw: *mut std::ffi::c_void) -> Stream {
+        Stream(raw as usize)
+    }
+
+    fn raw(self) -> sys::CUstream {
+        self.0 as sys::CUstream
+    }
+
+    /// Whether the stream is being captured into a CUDA graph.
+    pub fn is_capturing(self) -> Result<bool> {
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: the stream handle is the caller's (valid per the API contract); out-pointer
+        // is a live local.
+        check(unsafe { sys::cuStreamIsCapturing(self.raw(), &mut status) }, "cuStreamIsCapturing")?;
+        Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    }
+
+    /// Copies `bytes` from `src` to `dst` when the stream gets there (any direction: unified
+    /// addressing tells host from device).
+    ///
+    /// # Safety
+    /// Both ranges must stay valid until the copy has run on the stream.
+    pub unsafe fn copy(self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: the caller keeps both ranges valid until the stream has run the copy.
+        check(
+            unsafe { sys::cuMemcpyAsync(dst as sys::CUdeviceptr, src as sys::CUdeviceptr, bytes, self.raw()) },
+            "cuMemcpyAsync",
+        )
+    }
+
+    /// Writes `value` at `addr` (pinned host or device memory) when the stream gets there.
+    pub fn write_flag(self, addr: sys::CUdeviceptr, value: u32) -> Result<()> {
+        // SAFETY: addr is a device-visible address of memory ferroccl keeps alive for as long
+        // as streams may use it (flags are never freed while a communicator lives).
+        check(unsafe { sys::cuStreamWriteValue32_v2(self.raw(), addr, value, 0) }, "cuStreamWriteValue32")
+    }
+
+    /// Holds the stream until the 32-bit value at `addr` is at least `value` (wrapping
+    /// comparison is the driver's: values are sequence numbers that never wrap in practice).
+    pub fn wait_flag(self, addr: sys::CUdeviceptr, value: u32) -> Result<()> {
+        let flags = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
+        // SAFETY: as for write_flag.
+        check(unsafe { sys::cuStreamWaitValue32_v2(self.raw(), addr, value, flags) }, "cuStreamWaitValue32")
+    }
+
+    /// Blocks until all work queued on the stream is done.
+    pub fn synchronize(self) -> Result<()> {
+        // SAFETY: the stream handle is the caller's.
+        check(unsafe { sys::cuStreamSynchronize(self.raw()) }, "cuStreamSynchronize")
+    }
+}
