@@ -24,6 +24,24 @@
 #define FERROCCL_VERSION_PATCH 0
 #define FERROCCL_VERSION_STRING "0.1.0"
 
+/* CUDA programs get what NVIDIA's nccl.h gives them: the CUDA runtime and the half, bfloat16
+ * and fp8 types, whenever CUDA's headers are on the include path (nvcc, or -I<cuda>/include).
+ * Host-only C, C++ and Fortran programs need no CUDA toolkit. FERROCCL_NO_CUDA_HEADERS opts out. */
+#if defined(__has_include) && !defined(FERROCCL_NO_CUDA_HEADERS)
+#if __has_include(<cuda_runtime.h>)
+#include <cuda_runtime.h>
+#if __has_include(<cuda_fp16.h>)
+#include <cuda_fp16.h>
+#endif
+#if defined(CUDART_VERSION) && CUDART_VERSION >= 11000 && __has_include(<cuda_bf16.h>)
+#include <cuda_bf16.h>
+#endif
+#if defined(CUDART_VERSION) && CUDART_VERSION >= 11080 && __has_include(<cuda_fp8.h>)
+#include <cuda_fp8.h>
+#endif
+#endif
+#endif
+
 /* cudaStream_t without the CUDA headers; identical to CUDA's own definition. */
 #if !defined(CUDART_VERSION) && !defined(__DRIVER_TYPES_H__) && !defined(FERROCCL_HAVE_CUDA_STREAM_T)
 #define FERROCCL_HAVE_CUDA_STREAM_T 1

@@ -355,10 +355,16 @@ impl Comm {
             RedOpEntry::Fixed(r) => r,
             RedOpEntry::Pointer { dtype: d, addr } => {
                 let mut bytes = [0u8; 8];
-                // SAFETY: ncclScalarDevice's contract: the scalar stays valid and readable
-                // while collectives use the operator; on host memory it is read when the
-                // collective is issued, which is when it runs.
-                unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, bytes.as_mut_ptr(), d.size()) };
+                if crate::cuda::memory::classify(addr as *const u8).is_device() {
+                    // A device-resident scalar is read when the call is issued (not in stream
+                    // order): set it before the call, synchronously.
+                    crate::cuda::memory::read_device(addr as *const u8, &mut bytes[..d.size()])?;
+                } else {
+                    // SAFETY: ncclScalarDevice's contract: the scalar stays valid and readable
+                    // while collectives use the operator; on host memory it is read when the
+                    // collective is issued, which is when it runs.
+                    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, bytes.as_mut_ptr(), d.size()) };
+                }
                 Reduction::pre_mul_sum(d, &bytes[..d.size()])?
             }
         };

@@ -78,7 +78,9 @@ pub fn enqueue(comm: Arc<Comm>, req: OpRequest) -> Result<()> {
         }
     });
     match queued {
+        Some((comm, req)) if req.mem.is_device() => coll::stream::submit(vec![(comm, req)]),
         Some((comm, req)) => {
+            coll::stream::drain_current_thread();
             let result = coll::run_one(&comm, &req);
             if let Err(e) = &result {
                 comm.set_async_error(e);
@@ -117,6 +119,10 @@ fn run_ops(ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<()> {
     if ops.is_empty() {
         return Ok(());
     }
+    if ops.iter().any(|(_, r)| r.mem.is_device()) {
+        return coll::stream::submit(ops);
+    }
+    coll::stream::drain_current_thread();
     // Keep the call order per communicator; communicators in order of first appearance.
     let mut by_comm: Vec<(Arc<Comm>, Vec<OpRequest>)> = Vec::new();
     for (comm, req) in ops {

@@ -11,6 +11,7 @@ pub mod node;
 pub mod plan;
 pub mod reduce;
 pub mod sim;
+pub mod stream;
 
 use std::sync::Arc;
 
@@ -62,6 +63,10 @@ pub struct OpRequest {
     pub count: usize,
     pub dtype: DataType,
     pub reduction: Option<Reduction>,
+    /// Where the buffers live: host operations run on the calling thread, device ones on
+    /// `stream` ([`stream`]).
+    pub mem: crate::cuda::memory::MemKind,
+    pub stream: crate::cuda::stream::Stream,
 }
 
 // SAFETY: a request carries the user's addresses; the API contract keeps them valid until the
@@ -69,7 +74,7 @@ pub struct OpRequest {
 unsafe impl Send for OpRequest {}
 
 /// Bytes of the send and receive buffers this rank uses (NCCL's rules; 0 = unused).
-fn buffer_lengths(req: &OpRequest, rank: usize, nranks: usize) -> Result<(usize, usize)> {
+pub(crate) fn buffer_lengths(req: &OpRequest, rank: usize, nranks: usize) -> Result<(usize, usize)> {
     let bytes = req
         .count
         .checked_mul(req.dtype.size())

@@ -88,6 +88,16 @@ pub fn free_device(ptr: *mut u8) -> Result<()> {
     check(unsafe { sys::cuMemFree_v2(ptr as sys::CUdeviceptr) }, "cuMemFree")
 }
 
+/// Reads `out.len()` bytes of device memory now (synchronously, outside stream order).
+pub fn read_device(src: *const u8, out: &mut [u8]) -> Result<()> {
+    // SAFETY: src is device memory (the caller classified it) of at least out.len() bytes;
+    // out is a live host slice.
+    check(
+        unsafe { sys::cuMemcpyDtoH_v2(out.as_mut_ptr() as *mut std::ffi::c_void, src as sys::CUdeviceptr, out.len()) },
+        "cuMemcpyDtoH",
+    )
+}
+
 /// Page-locked host memory that the GPU can reach (copies at full speed, and the target of
 /// stream memory operations). Freed on drop.
 pub struct Pinned {

@@ -7,6 +7,8 @@ use std::ffi::{c_int, c_void};
 use super::boundary;
 use crate::coll::{CollOp, OpRequest};
 use crate::comm;
+use crate::cuda::memory::MemKind;
+use crate::cuda::stream::Stream;
 use crate::error::{Error, Result};
 use crate::group;
 use crate::types::{cudaStream_t, ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, DataType};
@@ -25,13 +27,22 @@ fn submit(
 ) -> Result<()> {
     let c = comm::lookup(comm, function)?;
     let dtype = DataType::try_from(datatype).map_err(|e| e.context(function))?;
-    let _ = stream; // host buffers: the operation runs on the calling thread
     let reduction = match redop {
         Some(op) => Some(c.reduction(op.0, dtype).map_err(|e| e.context(function))?),
         None => None,
     };
-    let req = OpRequest { op, send: sendbuff as *const u8, recv: recvbuff as *mut u8, count, dtype, reduction };
+    let mut req = OpRequest {
+        op,
+        send: sendbuff as *const u8,
+        recv: recvbuff as *mut u8,
+        count,
+        dtype,
+        reduction,
+        mem: MemKind::Host,
+        stream: Stream::from_raw(stream),
+    };
     crate::coll::validate(&c, &req).map_err(|e| e.context(function))?;
+    req.mem = crate::coll::stream::memory_kind(&c, &req, function)?;
     c.check_usable(function)?;
     group::enqueue(c, req)
 }

@@ -166,9 +166,9 @@ fn init_rank_checked(
     }))
 }
 
-/// The CUDA device of the calling thread (0 without CUDA support).
+/// The CUDA device of the calling thread (0 without CUDA or without a current context).
 fn current_device() -> c_int {
-    0
+    crate::cuda::driver::current_device().unwrap_or(0)
 }
 
 /// Waits until every rank reaches finalize; the communicator then only accepts Destroy.

@@ -64,6 +64,14 @@ abi c11-fakecuda "$CC" c11 -DWITH_FAKE_CUDA -I"$T/fakecuda"
 abi c++11 "$CXX" c++11
 abi c++11-fakecuda "$CXX" c++11 -DWITH_FAKE_CUDA -I"$T/fakecuda"
 abi c++17 "$CXX" c++17
+check "nccl.h includes CUDA's headers when they are on the include path (C99 and C++11; half, bf16, fp8 known)" bash -c "
+  '$CC' -std=c99 $STRICT -I'$INC' -I'$T/fakecuda' -o '$WORK/cuda_includes' '$T/cuda_includes.c' -L'$LIB' -lnccl &&
+  '$WORK/cuda_includes' &&
+  '$CXX' -std=c++11 $STRICT -I'$INC' -I'$T/fakecuda' -x c++ -fsyntax-only '$T/cuda_includes.c'"
+check "without CUDA's headers on the path the same program does not compile (the check above can fail)" bash -c "
+  ! '$CC' -std=c99 $STRICT -I'$INC' -fsyntax-only '$T/cuda_includes.c' 2>/dev/null"
+check "FERROCCL_NO_CUDA_HEADERS keeps CUDA's headers out" bash -c "
+  ! '$CC' -std=c99 $STRICT -DFERROCCL_NO_CUDA_HEADERS -I'$INC' -I'$T/fakecuda' -fsyntax-only '$T/cuda_includes.c' 2>/dev/null"
 check "nccl.h included twice (include guard), C11" \
   "$CC" -std=c11 $STRICT -I"$INC" -include nccl.h -fsyntax-only "$T/abi_static_asserts.c"
 check "nccl.h alone is self-contained (C99 and C++11, -fsyntax-only)" bash -c "

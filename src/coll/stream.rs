@@ -1,0 +1,460 @@
+//! Operations on CUDA device buffers, ordered on the caller's stream.
+//!
+//! A call with device buffers returns at once. What it does is queued on the caller's stream
+//! (and, for a group, on each stream its operations name):
+//!
+//! ```text
+//! stream:  copy inputs to pinned staging -> write ready[slot] = seq -> wait done >= seq -> copy outputs back -> write out[slot] = seq
+//! worker:                            wait ready[*] >= seq -> run the host engine on staging -> done = seq
+//! ```
+//!
+//! The host engine ([`super::run`]) runs unchanged on the staged copies, on a worker thread
+//! that belongs to the calling thread (so one thread's calls keep their order, and ranks that
+//! are threads of one process progress independently). Streams and the worker hand work to
+//! each other through 32-bit flags in pinned host memory with stream memory operations, never
+//! a spinning kernel and never a host callback (a blocked callback would stall every stream of
+//! the process). Work queued after the operation on the stream waits for it; work before it
+//! is finished before its inputs are read.
+//!
+//! With one rank and no arithmetic to do, operations are plain device copies on the stream.
+//!
+//! Failures are asynchronous: the communicator's async error is set (`ncclCommGetAsyncError`),
+//! and the streams are released all the same, so nothing waits forever on a failed operation.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use super::{buffer_lengths, CollOp, OpRequest};
+use crate::comm::{Comm, CommState};
+use crate::cuda::driver::{self, Context};
+use crate::cuda::memory::{MemKind, Pinned};
+use crate::cuda::stream::Stream;
+use crate::error::{Error, Result};
+
+/// Streams one worker can serve (each has a ready and an out flag).
+const MAX_STREAMS: usize = 256;
+/// Staging buffers kept for reuse per worker.
+const MAX_POOLED: usize = 32;
+
+/// The flags streams and the worker exchange: `done`, then `ready[slot]`, then `out[slot]`.
+struct Flags {
+    mem: Pinned,
+    dev: u64,
+}
+
+impl Flags {
+    fn new() -> Result<Flags> {
+        let mem = Pinned::new(4 * (1 + 2 * MAX_STREAMS))?;
+        let dev = mem.device_ptr()?;
+        Ok(Flags { mem, dev })
+    }
+
+    fn word(&self, index: usize) -> &AtomicU32 {
+        debug_assert!(index < 1 + 2 * MAX_STREAMS);
+        // SAFETY: the pinned block holds 1 + 2*MAX_STREAMS aligned u32 words (page-aligned
+        // allocation) and lives as long as self; the GPU writes them with 32-bit stores, so
+        // atomic access from the host is sound.
+        unsafe { &*(self.mem.as_ptr() as *const AtomicU32).add(index) }
+    }
+
+    fn done_addr(&self) -> u64 {
+        self.dev
+    }
+    fn ready_addr(&self, slot: usize) -> u64 {
+        self.dev + 4 * (1 + slot) as u64
+    }
+    fn out_addr(&self, slot: usize) -> u64 {
+        self.dev + 4 * (1 + MAX_STREAMS + slot) as u64
+    }
+    fn ready(&self, slot: usize) -> u32 {
+        self.word(1 + slot).load(Ordering::Acquire)
+    }
+    fn out(&self, slot: usize) -> u32 {
+        self.word(1 + MAX_STREAMS + slot).load(Ordering::Acquire)
+    }
+    fn set_done(&self, seq: u32) {
+        self.word(0).store(seq, Ordering::Release);
+    }
+}
+
+/// `a` has reached `b` in sequence-number order (wrapping).
+fn reached(a: u32, b: u32) -> bool {
+    a.wrapping_sub(b) < u32::MAX / 2
+}
+
+/// A pinned staging buffer, busy until every stream that copies out of it has passed the
+/// given sequence numbers.
+struct Staging {
+    mem: Pinned,
+    busy_until: Vec<(usize, u32)>,
+}
+
+/// What one calling thread's worker shares with that thread.
+struct Shared {
+    flags: Flags,
+    context: Context,
+    /// Streams by slot.
+    streams: Mutex<Vec<Stream>>,
+    pool: Mutex<Vec<Staging>>,
+    submitted: AtomicU32,
+    completed: Mutex<u32>,
+    completed_changed: Condvar,
+}
+
+impl Shared {
+    fn slot_of(&self, stream: Stream) -> Result<usize> {
+        let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = streams.iter().position(|s| *s == stream) {
+            return Ok(i);
+        }
+        if streams.len() == MAX_STREAMS {
+            return Err(Error::invalid_usage(format!("more than {MAX_STREAMS} CUDA streams used from one thread")));
+        }
+        streams.push(stream);
+        Ok(streams.len() - 1)
+    }
+
+    fn is_free(&self, s: &Staging) -> bool {
+        s.busy_until.iter().all(|&(slot, seq)| reached(self.flags.out(slot), seq))
+    }
+
+    /// A staging buffer of at least `len` bytes: a free pooled one, else a new one.
+    fn take_staging(&self, len: usize) -> Result<Staging> {
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        let best = pool
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.mem.len() >= len && self.is_free(s))
+            .min_by_key(|(_, s)| s.mem.len())
+            .map(|(i, _)| i);
+        if let Some(i) = best {
+            let mut s = pool.swap_remove(i);
+            s.busy_until.clear();
+            return Ok(s);
+        }
+        // Make room: free buffers nobody uses any more, smallest first, past the pool's size.
+        while pool.len() >= MAX_POOLED {
+            match pool.iter().position(|s| self.is_free(s)) {
+                Some(i) => drop(pool.swap_remove(i)),
+                None => break,
+            }
+        }
+        drop(pool);
+        Ok(Staging { mem: Pinned::new(len.next_power_of_two().max(4096))?, busy_until: Vec::new() })
+    }
+
+    fn give_back(&self, staging: Vec<Staging>) {
+        self.pool.lock().unwrap_or_else(|p| p.into_inner()).extend(staging);
+    }
+
+    fn wait_completed(&self, seq: u32) {
+        let mut done = self.completed.lock().unwrap_or_else(|p| p.into_inner());
+        while !reached(*done, seq) {
+            done = self.completed_changed.wait(done).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// One group's (or call's) device operations, as the worker runs them.
+struct Job {
+    seq: u32,
+    /// Per communicator, its operations in call order, on staged host copies.
+    by_comm: Vec<(Arc<Comm>, Vec<OpRequest>)>,
+    slots: Vec<usize>,
+    staging: Vec<Staging>,
+}
+
+// SAFETY: a job carries addresses of staging memory it owns and of host buffers whose
+// submitter waits for the job (API contract); the worker is the only user while it runs.
+unsafe impl Send for Job {}
+
+struct Worker {
+    shared: Arc<Shared>,
+    jobs: mpsc::Sender<Job>,
+}
+
+thread_local! {
+    static WORKER: RefCell<Option<Worker>> = const { RefCell::new(None) };
+}
+
+fn with_worker<T>(f: impl FnOnce(&Worker) -> Result<T>) -> Result<T> {
+    WORKER.with(|w| {
+        let mut w = w.borrow_mut();
+        if w.is_none() {
+            *w = Some(start_worker()?);
+        }
+        f(w.as_ref().expect("set above"))
+    })
+}
+
+fn start_worker() -> Result<Worker> {
+    let context = driver::current_context()
+        .ok_or_else(|| Error::invalid_usage("device buffers passed from a thread without a current CUDA context"))?;
+    let shared = Arc::new(Shared {
+        flags: Flags::new()?,
+        context,
+        streams: Mutex::new(Vec::new()),
+        pool: Mutex::new(Vec::new()),
+        submitted: AtomicU32::new(0),
+        completed: Mutex::new(0),
+        completed_changed: Condvar::new(),
+    });
+    let (tx, rx) = mpsc::channel::<Job>();
+    let worker_shared = shared.clone();
+    std::thread::Builder::new()
+        .name("ferroccl-stream".into())
+        .spawn(move || worker_loop(&worker_shared, rx))
+        .map_err(|e| Error::system("spawn stream worker", e))?;
+    log::info!(target: "INIT", "CUDA: device-buffer operations of this thread run on a stream worker");
+    Ok(Worker { shared, jobs: tx })
+}
+
+fn worker_loop(shared: &Shared, jobs: mpsc::Receiver<Job>) {
+    if let Err(e) = driver::make_current(shared.context) {
+        log::warn!(target: "INIT", "stream worker: {e}");
+    }
+    while let Ok(mut job) = jobs.recv() {
+        let waited = wait_ready(shared, &job);
+        let result = waited.and_then(|()| {
+            for (comm, _) in &job.by_comm {
+                comm.check_usable("device operation")?;
+            }
+            super::run(&job.by_comm)
+        });
+        if let Err(e) = &result {
+            log::warn!(target: "COLL", "device-buffer operation failed: {e}");
+            for (comm, _) in &job.by_comm {
+                comm.set_async_error(e);
+            }
+        }
+        shared.flags.set_done(job.seq);
+        for s in &mut job.staging {
+            s.busy_until = job.slots.iter().map(|&slot| (slot, job.seq)).collect();
+        }
+        shared.give_back(std::mem::take(&mut job.staging));
+        let mut done = shared.completed.lock().unwrap_or_else(|p| p.into_inner());
+        *done = job.seq;
+        shared.completed_changed.notify_all();
+    }
+}
+
+/// Waits until every stream of the job has copied its inputs. Gives up when a communicator
+/// of the job is aborted (its streams are then released with the others).
+fn wait_ready(shared: &Shared, job: &Job) -> Result<()> {
+    let start = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        if job.slots.iter().all(|&slot| reached(shared.flags.ready(slot), job.seq)) {
+            return Ok(());
+        }
+        if job.by_comm.iter().any(|(c, _)| c.state() == CommState::Aborted) {
+            return Err(Error::invalid_usage("communicator was aborted"));
+        }
+        spins += 1;
+        if spins < 2000 {
+            std::hint::spin_loop();
+        } else {
+            // The stream is still busy with earlier work: sleep a little, more the longer.
+            let waited = start.elapsed();
+            std::thread::sleep(if waited < Duration::from_millis(5) {
+                Duration::from_micros(5)
+            } else {
+                Duration::from_micros(100)
+            });
+        }
+    }
+}
+
+/// Device-buffer operations of one group (or one call), in call order. Returns once they are
+/// queued on their streams; host-buffer operations in the same group make it wait for all.
+pub fn submit(ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<()> {
+    for (_, req) in &ops {
+        if req.mem.is_device() && req.stream.is_capturing()? {
+            return Err(Error::invalid_usage(
+                "CUDA graph capture of ferroccl operations is not supported yet: run them outside stream capture",
+            ));
+        }
+    }
+    let has_host = ops.iter().any(|(_, r)| !r.mem.is_device());
+    if !has_host && ops.iter().all(|(c, r)| direct_copy_applies(c, r)) {
+        for (_, req) in &ops {
+            direct_copy(req)?;
+        }
+        return Ok(());
+    }
+    let seq = with_worker(|w| enqueue(w, ops))?;
+    if has_host {
+        wait_for(seq)?;
+    }
+    Ok(())
+}
+
+/// One rank and no arithmetic: the result is the input, so a device copy on the stream is the
+/// whole operation.
+fn direct_copy_applies(comm: &Comm, req: &OpRequest) -> bool {
+    comm.nranks == 1
+        && !matches!(req.op, CollOp::Send { .. } | CollOp::Recv { .. })
+        && req.reduction.is_none_or(|r| !r.has_pre() && !r.has_post())
+}
+
+fn direct_copy(req: &OpRequest) -> Result<()> {
+    let (send_len, recv_len) = buffer_lengths(req, 0, 1)?;
+    let bytes = send_len.min(recv_len);
+    if bytes == 0 || req.send == req.recv as *const u8 {
+        return Ok(());
+    }
+    // SAFETY: both buffers are the caller's device memory of at least `bytes` bytes, valid
+    // until the stream has run the copy (API contract).
+    unsafe { req.stream.copy(req.recv, req.send, bytes) }
+}
+
+/// Stages a job's copies and flag operations on its streams and hands it to the worker.
+fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
+    let shared = &w.shared;
+    let seq = shared.submitted.load(Ordering::Relaxed).wrapping_add(1);
+    // Streams in order of first use, with the operations on each.
+    let mut streams: Vec<(Stream, usize)> = Vec::new();
+    for (_, req) in &ops {
+        if req.mem.is_device() && !streams.iter().any(|(s, _)| *s == req.stream) {
+            streams.push((req.stream, shared.slot_of(req.stream)?));
+        }
+    }
+    let mut staging = Vec::new();
+    let mut staged: Vec<(Arc<Comm>, OpRequest)> = Vec::with_capacity(ops.len());
+    // (stream, device destination, staged source, bytes) for after the job.
+    let mut copies_out: Vec<(Stream, *mut u8, *const u8, usize)> = Vec::new();
+    for (comm, req) in ops {
+        let mut host = req;
+        if req.mem.is_device() {
+            let (send_len, recv_len) = buffer_lengths(&req, comm.rank, comm.nranks)?;
+            host.mem = MemKind::Host;
+            if send_len > 0 {
+                let s = shared.take_staging(send_len)?;
+                // SAFETY: the staging buffer is kept (by the job, then the pool's busy marks)
+                // until the stream has passed this point; the source is the caller's device
+                // buffer, valid per the API contract.
+                unsafe { req.stream.copy(s.mem.as_ptr(), req.send, send_len)? };
+                host.send = s.mem.as_ptr();
+                staging.push(s);
+            }
+            if recv_len > 0 {
+                let s = shared.take_staging(recv_len)?;
+                host.recv = s.mem.as_ptr();
+                copies_out.push((req.stream, req.recv, s.mem.as_ptr(), recv_len));
+                staging.push(s);
+            }
+        }
+        staged.push((comm, host));
+    }
+    for &(stream, slot) in &streams {
+        stream.write_flag(shared.flags.ready_addr(slot), seq)?;
+        stream.wait_flag(shared.flags.done_addr(), seq)?;
+        for &(s, dst, src, len) in &copies_out {
+            if s == stream {
+                // SAFETY: as above, for the way back.
+                unsafe { stream.copy(dst, src, len)? };
+            }
+        }
+        stream.write_flag(shared.flags.out_addr(slot), seq)?;
+    }
+    let mut by_comm: Vec<(Arc<Comm>, Vec<OpRequest>)> = Vec::new();
+    for (comm, req) in staged {
+        match by_comm.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &comm)) {
+            Some((_, list)) => list.push(req),
+            None => by_comm.push((comm, vec![req])),
+        }
+    }
+    shared.submitted.store(seq, Ordering::Relaxed);
+    let job = Job { seq, by_comm, slots: streams.iter().map(|&(_, slot)| slot).collect(), staging };
+    w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
+    Ok(seq)
+}
+
+fn wait_for(seq: u32) -> Result<()> {
+    WORKER.with(|w| {
+        if let Some(w) = w.borrow().as_ref() {
+            w.shared.wait_completed(seq);
+        }
+    });
+    Ok(())
+}
+
+/// Host-buffer operations run on the calling thread; any device-buffer operations this thread
+/// queued before them must finish first (the same order on every rank).
+pub fn drain_current_thread() {
+    WORKER.with(|w| {
+        if let Some(w) = w.borrow().as_ref() {
+            let seq = w.shared.submitted.load(Ordering::Relaxed);
+            w.shared.wait_completed(seq);
+        }
+    });
+}
+
+/// Rejects device buffers of a device other than the communicator's, and calls that mix host
+/// and device buffers. Returns the call's memory kind.
+pub fn memory_kind(comm: &Comm, req: &OpRequest, function: &str) -> Result<MemKind> {
+    let (send_len, recv_len) = buffer_lengths(req, comm.rank, comm.nranks)?;
+    let send = (send_len > 0).then(|| crate::cuda::memory::classify(req.send));
+    let recv = (recv_len > 0).then(|| crate::cuda::memory::classify(req.recv));
+    let kind = match (send, recv) {
+        (Some(a), Some(b)) if a.is_device() != b.is_device() => {
+            return Err(Error::invalid_argument(format!(
+                "{function}: sendbuff is {} memory but recvbuff is {} memory; both must be host or both device memory",
+                describe(a),
+                describe(b)
+            )))
+        }
+        (Some(k), _) | (None, Some(k)) => k,
+        (None, None) => MemKind::Host,
+    };
+    if let MemKind::Device { device } = kind {
+        if device != comm.cuda_dev {
+            return Err(Error::invalid_argument(format!(
+                "{function}: buffers are on CUDA device {device} but the communicator uses device {}",
+                comm.cuda_dev
+            )));
+        }
+    }
+    Ok(kind)
+}
+
+fn describe(k: MemKind) -> String {
+    match k {
+        MemKind::Host => "host".into(),
+        MemKind::Device { device } => format!("CUDA device {device}"),
+    }
+}
+
+/// Pending jobs of the calling thread, for diagnostics.
+pub fn pending_on_current_thread() -> u32 {
+    WORKER.with(|w| {
+        w.borrow().as_ref().map_or(0, |w| {
+            let done = *w.shared.completed.lock().unwrap_or_else(|p| p.into_inner());
+            w.shared.submitted.load(Ordering::Relaxed).wrapping_sub(done)
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_numbers_compare_across_wrap() {
+        assert!(reached(5, 5));
+        assert!(reached(6, 5));
+        assert!(!reached(4, 5));
+        assert!(reached(2, u32::MAX - 1));
+        assert!(!reached(u32::MAX - 1, 2));
+    }
+
+    #[test]
+    fn without_cuda_no_worker_is_needed() {
+        // Draining and counting with no device work ever submitted must not start anything.
+        drain_current_thread();
+        assert_eq!(pending_on_current_thread(), 0);
+    }
+}
