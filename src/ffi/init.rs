@@ -155,11 +155,14 @@ fn init_rank_checked(
     unsafe { out.write(std::ptr::null_mut()) };
     let out_addr = out as usize;
     let (nranks, rank) = (nranks as usize, rank as usize);
+    // The device current at the call (cudaSetDevice before each init in a group), not on the
+    // thread that later runs the deferred init.
+    let device = current_device();
     group::init(Box::new(move || {
         if rank == 0 && uid.magic == bootstrap::id::COMM_ID_ENV_MAGIC {
             bootstrap::start_env_root(&uid)?;
         }
-        let comm = Comm::init_rank(&uid, nranks, rank, cfg, current_device())?;
+        let comm = Comm::init_rank(&uid, nranks, rank, cfg, device)?;
         // SAFETY: the caller keeps `out` valid until the call (or the enclosing group) ends.
         unsafe { (out_addr as *mut ncclComm_t).write(comm::register_handle(comm)) };
         Ok(())

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Builds NVIDIA's nccl-tests (unchanged, from a source tree beside the project) against an
+# installed ferroccl prefix and runs them on the GPU machine. Prints a table of #wrong and
+# timings last; full logs go to $OUT (the device tool's output folder) or ./nccl-tests-out.
+#   bench/gpu/nccl_tests.sh PREFIX NCCL_TESTS_SRC MODE
+#   MODE: smoke | matrix | perf        (see the case below)
+set -u
+PREFIX=$(cd "$1" && pwd) SRC=$(cd "$2" && pwd) MODE=${3:-smoke}
+OUT=${OUT:-$PWD/nccl-tests-out}
+mkdir -p "$OUT"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export NCCL_NVLS_ENABLE=0
+MPI_HOME=${MPI_HOME:-/usr/lib/x86_64-linux-gnu/openmpi}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+GENCODE="-gencode=arch=compute_90,code=sm_90"
+summary=()
+
+build() { # name nccl_home
+  local name=$1 home=$2
+  if [ -x "$OUT/build-$name/all_reduce_perf" ]; then return 0; fi
+  echo "== building nccl-tests against $name ($home)"
+  if ! make -C "$SRC" -j16 MPI=1 MPI_HOME="$MPI_HOME" CUDA_HOME="$CUDA_HOME" NCCL_HOME="$home" \
+      NVCC_GENCODE="$GENCODE" BUILDDIR="$OUT/build-$name" >"$OUT/build-$name.log" 2>&1; then
+    echo "BUILD FAILED against $name:"; grep -m20 -E "error|Error" "$OUT/build-$name.log"; tail -5 "$OUT/build-$name.log"
+    return 1
+  fi
+}
+
+run() { # label np timeout_s binary args...
+  local label=$1 np=$2 t=$3 bin=$4
+  shift 4
+  local log="$OUT/$label.log"
+  echo "== $label: np=$np $bin $*"
+  timeout "$t" mpirun -np "$np" --bind-to none -x NCCL_TESTS_DEVICE=0 -x LD_LIBRARY_PATH -x NCCL_DEBUG \
+    -x FERROCCL_TIMEOUT -x NCCL_NVLS_ENABLE "$bin" "$@" >"$log" 2>&1
+  local rc=$?
+  local wrong bw
+  wrong=$(grep -E "Out of bounds values" "$log" | awk '{print $NF, $(NF-1)}' | head -1)
+  bw=$(grep -E "Avg bus bandwidth" "$log" | awk '{print $NF}')
+  summary+=("$(printf '%-40s rc=%-3s %-22s avg busbw %s' "$label" "$rc" "${wrong:-no-footer}" "${bw:--}")")
+  grep -E "^ +[0-9]+ " "$log" | tail -n 4
+  [ $rc -eq 0 ] || { echo "   (rc $rc) last lines:"; tail -n 15 "$log"; }
+}
+
+nvidia-smi -L
+build ferroccl "$PREFIX" || exit 1
+B=$OUT/build-ferroccl
+export LD_LIBRARY_PATH=$PREFIX/lib:${LD_LIBRARY_PATH:-}
+case "$MODE" in
+  smoke)
+    run ar-np1 1 60 "$B/all_reduce_perf" -b 8 -e 8M -f 8 -c 1 -n 5 -w 1
+    run ar-np2 2 60 "$B/all_reduce_perf" -b 8 -e 8M -f 8 -c 1 -n 5 -w 1
+    run ag-np2 2 60 "$B/all_gather_perf" -b 8 -e 8M -f 8 -c 1 -n 5 -w 1
+    run sr-np2 2 60 "$B/sendrecv_perf" -b 8 -e 8M -f 8 -c 1 -n 5 -w 1
+    ;;
+  matrix)
+    for np in ${NPS:-1 2 4}; do
+      for t in all_reduce all_gather broadcast reduce reduce_scatter alltoall sendrecv gather scatter hypercube; do
+        run "$t-np$np" "$np" 240 "$B/${t}_perf" -b 8 -e 1M -f 32 -d all -o all -c 1 -n 2 -w 1
+      done
+    done
+    ;;
+  perf)
+    for np in ${NPS:-1 2 4}; do
+      run "perf-ar-np$np" "$np" 240 "$B/all_reduce_perf" -b 8 -e 1G -f 8 -c 1 -n 20 -w 5
+    done
+    ;;
+esac
+echo
+echo "==== summary ($MODE)"
+printf '%s\n' "${summary[@]}"
