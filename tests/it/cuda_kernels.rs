@@ -1,0 +1,373 @@
+//! The CUDA fold kernels against the host reduction (`coll::reduce`), bit for bit, over every
+//! type x operator x pre/post mode x input count x length, with NaNs, infinities, signed zeros,
+//! subnormals and saturating values in the inputs. Needs a GPU and NVRTC; skips (and says why)
+//! without them.
+
+use cudarc::driver::sys;
+
+use ferroccl::coll::reduce::{Post, Pre, ReduceKind, Reduction};
+use ferroccl::cuda::kernels::{self, Fold, PreScalar, MAX_INPUTS};
+use ferroccl::cuda::stream::Stream;
+use ferroccl::cuda::{driver, memory};
+use ferroccl::types::{BuiltinOp, DataType};
+
+const COUNTS: [usize; 4] = [1, 7, 1000, 65537 + 3];
+const INPUT_COUNTS: [usize; 5] = [1, 2, 3, 7, 16];
+const KINDS: [ReduceKind; 4] = [ReduceKind::Sum, ReduceKind::Prod, ReduceKind::Max, ReduceKind::Min];
+/// Room before each buffer so that pointers can be shifted off 16-byte alignment.
+const SLACK: usize = 64;
+
+/// xorshift64*: deterministic, good enough for bit patterns.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Values every type should meet: NaNs (several payloads and signs), infinities, signed zeros,
+/// smallest and largest subnormals, the largest finite value, one, and for fp8 values that
+/// saturate.
+fn specials(dtype: DataType) -> &'static [u64] {
+    match dtype {
+        DataType::Float32 => &[
+            0x7fc0_0000,
+            0x7f80_0001,
+            0xffc1_2345,
+            0x7f80_0000,
+            0xff80_0000,
+            0,
+            0x8000_0000,
+            1,
+            0x807f_ffff,
+            0x7f7f_ffff,
+            0xff7f_ffff,
+            0x3f80_0000,
+            0x0080_0000,
+        ],
+        DataType::Float64 => &[
+            0x7ff8_0000_0000_0000,
+            0x7ff0_0000_0000_0001,
+            0xfff8_1234_0000_0000,
+            0x7ff0_0000_0000_0000,
+            0xfff0_0000_0000_0000,
+            0,
+            0x8000_0000_0000_0000,
+            1,
+            0x800f_ffff_ffff_ffff,
+            0x7fef_ffff_ffff_ffff,
+            0x3ff0_0000_0000_0000,
+        ],
+        DataType::Float16 => {
+            &[0x7e00, 0x7c01, 0xfe00, 0x7c00, 0xfc00, 0, 0x8000, 1, 0x83ff, 0x7bff, 0xfbff, 0x3c00, 0x0400]
+        }
+        DataType::Bfloat16 => &[0x7fc0, 0x7f81, 0xffc0, 0x7f80, 0xff80, 0, 0x8000, 1, 0x807f, 0x7f7f, 0xff7f, 0x3f80],
+        DataType::Float8e4m3 => &[0x7f, 0xff, 0x7e, 0xfe, 0x77, 0, 0x80, 1, 0x87, 0x38, 0x08],
+        DataType::Float8e5m2 => &[0x7e, 0x7d, 0xff, 0x7c, 0xfc, 0x7b, 0xfb, 0, 0x80, 1, 0x83, 0x3c],
+        DataType::Int8 | DataType::Uint8 => &[0, 1, 0xff, 0x80, 0x7f],
+        DataType::Int32 | DataType::Uint32 => &[0, 1, 0xffff_ffff, 0x8000_0000, 0x7fff_ffff],
+        DataType::Int64 | DataType::Uint64 => &[0, 1, u64::MAX, 1 << 63, u64::MAX >> 1],
+    }
+}
+
+/// A value near one (random sign and mantissa, exponent within a few steps of 1.0), so that
+/// sums and products round instead of being swamped.
+fn near_one(dtype: DataType, rng: &mut Rng) -> u64 {
+    let r = rng.next();
+    let sign = r >> 63;
+    let e = (r >> 40) % 7; // 0..6, centred on 3
+    match dtype {
+        DataType::Float32 => (sign << 31) | ((124 + e) << 23) | (r & 0x7f_ffff),
+        DataType::Float64 => (sign << 63) | ((1020 + e) << 52) | (r & 0xf_ffff_ffff_ffff),
+        DataType::Float16 => (sign << 15) | ((12 + e) << 10) | (r & 0x3ff),
+        DataType::Bfloat16 => (sign << 15) | ((124 + e) << 7) | (r & 0x7f),
+        DataType::Float8e4m3 => (sign << 7) | ((4 + e) << 3) | (r & 0x7),
+        DataType::Float8e5m2 => (sign << 7) | ((12 + e) << 2) | (r & 0x3),
+        _ => r % 5,
+    }
+}
+
+fn element(dtype: DataType, rng: &mut Rng) -> u64 {
+    match rng.below(8) {
+        0 | 1 => {
+            let s = specials(dtype);
+            s[rng.below(s.len() as u64) as usize]
+        }
+        2..=4 => near_one(dtype, rng),
+        _ => rng.next(),
+    }
+}
+
+fn fill(dtype: DataType, count: usize, rng: &mut Rng) -> Vec<u8> {
+    let size = dtype.size();
+    let mut out = vec![0u8; count * size];
+    for chunk in out.chunks_exact_mut(size) {
+        chunk.copy_from_slice(&element(dtype, rng).to_le_bytes()[..size]);
+    }
+    out
+}
+
+fn scalar_bits(dtype: DataType, rng: &mut Rng) -> [u8; 8] {
+    // Mostly moderate scalars, sometimes a special one (NaN, zero, Inf, ...).
+    let v = if rng.below(4) == 0 { element(dtype, rng) } else { near_one(dtype, rng) };
+    let mut raw = [0u8; 8];
+    raw[..dtype.size()].copy_from_slice(&v.to_le_bytes()[..dtype.size()]);
+    raw
+}
+
+/// `acc = prepare(in_0)`, `acc = combine(incoming = acc, local = in_k)`, `finalize(acc)`.
+fn host_fold(dtype: DataType, kind: ReduceKind, inputs: &[Vec<u8>], pre: &[Pre], post: Post) -> Vec<u8> {
+    let with = |pre| Reduction { dtype, kind, pre, post: Post::None };
+    let mut acc = vec![0u8; inputs[0].len()];
+    with(pre[0]).prepare(&mut acc, &inputs[0]).expect("prepare");
+    let mut next = acc.clone();
+    for (input, p) in inputs.iter().zip(pre).skip(1) {
+        with(*p).combine(&mut next, &acc, input).expect("combine");
+        std::mem::swap(&mut acc, &mut next);
+    }
+    Reduction { dtype, kind, pre: Pre::None, post }.finalize(&mut acc).expect("finalize");
+    acc
+}
+
+/// How the pre and post steps are set.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    Plain,
+    /// A different random scalar per input; odd inputs read theirs from device memory, and
+    /// every fourth input has none.
+    PerInputPre,
+    /// `Reduction::builtin(.., Avg, n)`: 1/n pre on floats, post-divide on integers.
+    Avg,
+    /// Integers only: post-divide by an arbitrary count (huge ones included).
+    PostDiv(u64),
+}
+
+fn make_current() -> Result<(), String> {
+    if !driver::available() {
+        return Err("no CUDA driver or device".into());
+    }
+    if driver::current_context().is_some() {
+        return Ok(());
+    }
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: CUDA is available (probed above); out-pointer is a live local.
+    let res = unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, 0) };
+    if res != sys::CUresult::CUDA_SUCCESS {
+        return Err(format!("cuDevicePrimaryCtxRetain: {}", driver::describe(res)));
+    }
+    // SAFETY: ctx was just retained.
+    let res = unsafe { sys::cuCtxSetCurrent(ctx) };
+    if res != sys::CUresult::CUDA_SUCCESS {
+        return Err(format!("cuCtxSetCurrent: {}", driver::describe(res)));
+    }
+    Ok(())
+}
+
+fn htod(dst: *mut u8, src: &[u8]) {
+    // SAFETY: dst is a device allocation at least src.len() bytes long (see Buffers).
+    let res = unsafe { sys::cuMemcpyHtoD_v2(dst as sys::CUdeviceptr, src.as_ptr() as *const _, src.len()) };
+    assert_eq!(res, sys::CUresult::CUDA_SUCCESS, "cuMemcpyHtoD: {}", driver::describe(res));
+}
+
+fn dtoh(dst: &mut [u8], src: *const u8) {
+    // SAFETY: src is a device allocation at least dst.len() bytes long.
+    let res = unsafe { sys::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut _, src as sys::CUdeviceptr, dst.len()) };
+    assert_eq!(res, sys::CUresult::CUDA_SUCCESS, "cuMemcpyDtoH: {}", driver::describe(res));
+}
+
+/// Device buffers for 16 inputs, the output and the device scalars, freed on drop.
+struct Buffers {
+    slots: Vec<*mut u8>,
+    scalars: *mut u8,
+}
+
+impl Buffers {
+    fn new(bytes: usize) -> Buffers {
+        let slots = (0..=MAX_INPUTS).map(|_| memory::alloc_device(bytes + SLACK).expect("cuMemAlloc")).collect();
+        Buffers { slots, scalars: memory::alloc_device(8 * MAX_INPUTS).expect("cuMemAlloc") }
+    }
+}
+
+impl Drop for Buffers {
+    fn drop(&mut self) {
+        for p in self.slots.iter().chain([&self.scalars]) {
+            let _ = memory::free_device(*p);
+        }
+    }
+}
+
+struct Totals {
+    cases: usize,
+    elements: usize,
+    failures: Vec<String>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_case(
+    bufs: &Buffers,
+    rng: &mut Rng,
+    totals: &mut Totals,
+    dtype: DataType,
+    kind: ReduceKind,
+    mode: Mode,
+    n: usize,
+    count: usize,
+) {
+    let size = dtype.size();
+    let inputs: Vec<Vec<u8>> = (0..n).map(|_| fill(dtype, count, rng)).collect();
+
+    // Pre and post, for the host and for the kernel.
+    let mut host_pre = vec![Pre::None; n];
+    let mut dev_pre = Vec::new();
+    let mut post = Post::None;
+    match mode {
+        Mode::Plain => {}
+        Mode::PerInputPre => {
+            for (k, p) in host_pre.iter_mut().enumerate() {
+                if k % 4 == 3 {
+                    dev_pre.push(PreScalar::None);
+                    continue;
+                }
+                let bits = scalar_bits(dtype, rng);
+                *p = Pre::Mul(bits);
+                if k % 2 == 1 {
+                    // scalars holds 8 bytes per input.
+                    let at = bufs.scalars.wrapping_add(8 * k);
+                    htod(at, &bits[..size]);
+                    dev_pre.push(PreScalar::Device(at));
+                } else {
+                    dev_pre.push(PreScalar::Bits(bits));
+                }
+            }
+        }
+        Mode::Avg => {
+            let r = Reduction::builtin(dtype, BuiltinOp::Avg, n);
+            let (_, pre, post_div) = kernels::from_reduction(&r);
+            host_pre = vec![r.pre; n];
+            if pre != PreScalar::None {
+                dev_pre = vec![pre; n];
+            }
+            post = r.post;
+            assert_eq!(post_div.is_some(), r.post != Post::None);
+        }
+        Mode::PostDiv(d) => post = Post::Div(d),
+    }
+    let post_div = match post {
+        Post::None => None,
+        Post::Div(d) => Some(d),
+    };
+
+    // Placement: n == 2 shifts every pointer by one element and n == 16 shifts input 5 (the
+    // element-wise path); n == 3 writes in place over input 0 and n == 7 over input 6.
+    let offset = |k: usize| -> usize {
+        match n {
+            2 => size,
+            16 if k == 5 => size,
+            _ => 0,
+        }
+    };
+    let ptrs: Vec<*mut u8> = (0..n).map(|k| bufs.slots[k].wrapping_add(offset(k))).collect();
+    for (p, data) in ptrs.iter().zip(&inputs) {
+        htod(*p, data);
+    }
+    let out = match n {
+        3 => ptrs[0],
+        7 => ptrs[6],
+        _ => bufs.slots[MAX_INPUTS].wrapping_add(if n == 2 { size } else { 0 }),
+    };
+    let in_ptrs: Vec<*const u8> = ptrs.iter().map(|p| *p as *const u8).collect();
+    let fold = Fold { dtype, kind, out, inputs: &in_ptrs, pre: &dev_pre, post_div, count };
+    // SAFETY: every pointer is device memory holding count elements (plus slack for shifts),
+    // alive until the synchronize below.
+    unsafe { kernels::fold(Stream(0), &fold) }.expect("fold launch");
+    Stream(0).synchronize().expect("kernel ran");
+    let mut got = vec![0u8; count * size];
+    dtoh(&mut got, out);
+
+    let want = host_fold(dtype, kind, &inputs, &host_pre, post);
+    totals.cases += 1;
+    totals.elements += count;
+    if got != want {
+        let i = (0..count).find(|&i| got[i * size..(i + 1) * size] != want[i * size..(i + 1) * size]).unwrap_or(0);
+        let hex = |b: &[u8]| b.iter().rev().map(|x| format!("{x:02x}")).collect::<String>();
+        let ins: Vec<String> = inputs.iter().map(|v| hex(&v[i * size..(i + 1) * size])).collect();
+        totals.failures.push(format!(
+            "{dtype} {kind:?} {mode:?} n={n} count={count}: element {i}: kernel {} host {} (inputs {ins:?}, pre {host_pre:?})",
+            hex(&got[i * size..(i + 1) * size]),
+            hex(&want[i * size..(i + 1) * size]),
+        ));
+    }
+}
+
+#[test]
+fn fold_kernels_match_the_host_reduction_bit_for_bit() {
+    if let Err(why) = make_current() {
+        println!("skipped: {why}");
+        return;
+    }
+    if !kernels::nvrtc_available() {
+        println!("skipped: no NVRTC library (libnvrtc.so) on this machine");
+        return;
+    }
+    let started = std::time::Instant::now();
+    kernels::prepare_current_device().expect("the kernels build and load");
+    println!("cuda fold kernels: built and loaded in {} ms", started.elapsed().as_millis());
+    kernels::prepare_current_device().expect("a second prepare is a no-op");
+
+    let max_count = *COUNTS.iter().max().expect("counts");
+    let bufs = Buffers::new(max_count * 8);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut totals = Totals { cases: 0, elements: 0, failures: Vec::new() };
+    for dtype in DataType::ALL {
+        let mut modes = vec![Mode::Plain, Mode::PerInputPre, Mode::Avg];
+        if !dtype.is_float() {
+            modes.extend([Mode::PostDiv(3), Mode::PostDiv(1 << 40), Mode::PostDiv(1 << 63), Mode::PostDiv(u64::MAX)]);
+        }
+        for kind in KINDS {
+            for &mode in &modes {
+                for n in INPUT_COUNTS {
+                    for count in COUNTS {
+                        run_case(&bufs, &mut rng, &mut totals, dtype, kind, mode, n, count);
+                    }
+                }
+            }
+        }
+    }
+    // A zero-length fold launches nothing and succeeds.
+    let one = [bufs.slots[0] as *const u8];
+    let empty = Fold {
+        dtype: DataType::Float32,
+        kind: ReduceKind::Sum,
+        out: bufs.slots[1],
+        inputs: &one,
+        pre: &[],
+        post_div: None,
+        count: 0,
+    };
+    // SAFETY: nothing is read or written for count 0.
+    unsafe { kernels::fold(Stream(0), &empty) }.expect("empty fold");
+
+    println!(
+        "cuda fold kernels: {} cases run, {} elements compared, {} mismatching cases, {} ms",
+        totals.cases,
+        totals.elements,
+        totals.failures.len(),
+        started.elapsed().as_millis()
+    );
+    for f in totals.failures.iter().take(20) {
+        println!("  {f}");
+    }
+    assert!(
+        totals.failures.is_empty(),
+        "{} of {} cases differ from the host path",
+        totals.failures.len(),
+        totals.cases
+    );
+}
