@@ -343,10 +343,8 @@ fn compile_source(source: &str, arch: &str) -> Result<Image> {
                 nvrtc_check(unsafe { nvrtc::nvrtcGetCUBINSize(program.0, &mut size) }, "nvrtcGetCUBINSize")?;
                 let mut code = vec![0u8; size];
                 // SAFETY: the buffer has the size NVRTC reported.
-                nvrtc_check(
-                    unsafe { nvrtc::nvrtcGetCUBIN(program.0, code.as_mut_ptr() as *mut c_char) },
-                    "nvrtcGetCUBIN",
-                )?;
+                let res = unsafe { nvrtc::nvrtcGetCUBIN(program.0, code.as_mut_ptr() as *mut c_char) };
+                nvrtc_check(res, "nvrtcGetCUBIN")?;
                 code
             }
             ImageKind::Ptx => {

@@ -12,6 +12,7 @@
 //! - [`kernels`]: the reduction and copy kernels, compiled by NVRTC for the running GPU.
 
 pub mod driver;
+pub mod ipc;
 pub mod kernels;
 pub mod memory;
 pub mod stream;

@@ -61,6 +61,16 @@ impl Stream {
         check(unsafe { sys::cuStreamWaitValue32_v2(self.raw(), addr, value, flags) }, "cuStreamWaitValue32")
     }
 
+    /// A new stream of ferroccl's own in the current context, not synchronising with the
+    /// legacy default stream. Never destroyed: one per worker thread, for the process's life.
+    pub fn create() -> Result<Stream> {
+        let mut s: sys::CUstream = std::ptr::null_mut();
+        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+        // SAFETY: a context is current (callers run in one); out-pointer is a live local.
+        check(unsafe { sys::cuStreamCreate(&mut s, flags) }, "cuStreamCreate")?;
+        Ok(Stream(s as usize))
+    }
+
     /// Blocks until all work queued on the stream is done.
     pub fn synchronize(self) -> Result<()> {
         // SAFETY: the stream handle is the caller's.

@@ -3,6 +3,7 @@
 
 mod collectives;
 mod common;
+mod cuda;
 mod cuda_kernels;
 mod errors;
 mod lifecycle;

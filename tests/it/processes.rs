@@ -15,11 +15,11 @@ use crate::common::{check, unique_id};
 
 const ROLE: &str = "FERROCCL_IT_ROLE";
 
-fn hex(id: &ncclUniqueId) -> String {
+pub fn hex(id: &ncclUniqueId) -> String {
     id.to_bytes().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn unhex(s: &str) -> ncclUniqueId {
+pub fn unhex(s: &str) -> ncclUniqueId {
     let mut b = [0u8; 128];
     for (i, byte) in b.iter_mut().enumerate() {
         *byte = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap();

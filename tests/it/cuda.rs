@@ -1,0 +1,294 @@
+//! Collectives on CUDA device buffers, ordered on streams. Skipped, with the reason printed,
+//! where there is no CUDA driver or device (CI); they run on the GPU machine.
+//!
+//! Ranks as threads share one GPU, so their operations take the IPC path (rank 0's kernels
+//! read and write every rank's buffers); point-to-point takes the staged path. Ranks as
+//! processes (`gpu_processes_*`) cover the IPC path across processes and, with
+//! NCCL_P2P_DISABLE=1, the staged path for collectives.
+
+use std::ffi::c_void;
+use std::process::{Command, Stdio};
+
+use cudarc::driver::sys;
+use ferroccl::ffi::coll::{ncclAllGather, ncclAllReduce, ncclBroadcast, ncclRecv, ncclReduceScatter, ncclSend};
+use ferroccl::ffi::group::{ncclGroupEnd, ncclGroupStart};
+use ferroccl::ffi::init::{ncclCommDestroy, ncclCommInitRank};
+use ferroccl::ffi::mem::{ncclMemAlloc, ncclMemFree};
+use ferroccl::ffi::query::ncclRedOpCreatePreMulSum;
+use ferroccl::types::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclScalarResidence_t};
+
+use crate::common::{check, unique_id, with_ranks};
+
+/// Makes device 0's primary context current on this thread; false (with the reason printed
+/// once by the caller) where CUDA cannot be used.
+pub fn gpu_context() -> bool {
+    if !ferroccl::cuda::driver::available() {
+        return false;
+    }
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: the driver is loaded and initialised (available() said so); out-pointer is live.
+    if unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, 0) } != sys::CUresult::CUDA_SUCCESS {
+        return false;
+    }
+    // SAFETY: ctx came from the driver.
+    unsafe { sys::cuCtxSetCurrent(ctx) == sys::CUresult::CUDA_SUCCESS }
+}
+
+fn skip(test: &str) -> bool {
+    if gpu_context() {
+        return false;
+    }
+    println!("skipped {test}: no CUDA driver or device on this machine");
+    true
+}
+
+fn cu(r: sys::CUresult, what: &str) {
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "{what}");
+}
+
+/// Device memory holding f32 values.
+struct DevBuf {
+    ptr: u64,
+    len: usize,
+}
+
+impl DevBuf {
+    fn new(len: usize) -> DevBuf {
+        let mut ptr = 0;
+        // SAFETY: a context is current; out-pointer is live.
+        cu(unsafe { sys::cuMemAlloc_v2(&mut ptr, len.max(1) * 4) }, "cuMemAlloc");
+        DevBuf { ptr, len }
+    }
+    fn from(v: &[f32]) -> DevBuf {
+        let b = DevBuf::new(v.len());
+        b.upload(v);
+        b
+    }
+    fn upload(&self, v: &[f32]) {
+        // SAFETY: the buffer holds len floats; v is a live host slice of that many.
+        cu(unsafe { sys::cuMemcpyHtoD_v2(self.ptr, v.as_ptr().cast(), v.len() * 4) }, "cuMemcpyHtoD");
+    }
+    fn download(&self) -> Vec<f32> {
+        let mut v = vec![0f32; self.len];
+        // SAFETY: as above, the other way.
+        cu(unsafe { sys::cuMemcpyDtoH_v2(v.as_mut_ptr().cast(), self.ptr, self.len * 4) }, "cuMemcpyDtoH");
+        v
+    }
+    fn p(&self) -> *mut c_void {
+        self.ptr as *mut c_void
+    }
+}
+
+impl Drop for DevBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemAlloc in new.
+        unsafe { sys::cuMemFree_v2(self.ptr) };
+    }
+}
+
+fn sync_all() {
+    // SAFETY: a context is current.
+    cu(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize");
+}
+
+fn new_stream() -> *mut c_void {
+    let mut s: sys::CUstream = std::ptr::null_mut();
+    // SAFETY: a context is current; out-pointer is live.
+    cu(unsafe { sys::cuStreamCreate(&mut s, 1) }, "cuStreamCreate");
+    s as *mut c_void
+}
+
+const F32: ncclDataType_t = ncclDataType_t(7);
+
+/// The collectives every rank runs on device buffers, checked against values computed here.
+fn device_collectives(rank: usize, n: usize, comm: ncclComm_t) {
+    assert!(gpu_context(), "rank thread could not make the context current");
+    let stream = new_stream();
+    let count = 1000 + 3;
+    let input: Vec<f32> = (0..count).map(|i| (i % 97) as f32 + rank as f32 * 1000.0).collect();
+    let send = DevBuf::from(&input);
+    let recv = DevBuf::new(count);
+    check(ncclAllReduce(send.p(), recv.p(), count, F32, ncclRedOp_t(0), comm, stream), "allreduce");
+    sync_all();
+    let total_rank: f32 = (0..n).map(|r| r as f32 * 1000.0).sum();
+    let expect: Vec<f32> = (0..count).map(|i| (i % 97) as f32 * n as f32 + total_rank).collect();
+    assert_eq!(recv.download(), expect, "all-reduce out of place");
+
+    // In place, then max.
+    check(ncclAllReduce(recv.p(), recv.p(), count, F32, ncclRedOp_t(2), comm, stream), "allreduce max in place");
+    sync_all();
+    assert_eq!(recv.download(), expect, "max of equal values");
+
+    // All-gather and reduce-scatter.
+    let gathered = DevBuf::new(count * n);
+    check(ncclAllGather(send.p(), gathered.p(), count, F32, comm, stream), "allgather");
+    let scattered = DevBuf::new(count);
+    check(ncclReduceScatter(gathered.p(), scattered.p(), count, F32, ncclRedOp_t(0), comm, stream), "reducescatter");
+    sync_all();
+    let g = gathered.download();
+    for r in 0..n {
+        let want: Vec<f32> = (0..count).map(|i| (i % 97) as f32 + r as f32 * 1000.0).collect();
+        assert_eq!(&g[r * count..(r + 1) * count], &want[..], "all-gather block {r}");
+    }
+    let mine = &g[rank * count..(rank + 1) * count];
+    assert_eq!(scattered.download(), mine.iter().map(|v| v * n as f32).collect::<Vec<_>>(), "reduce-scatter");
+
+    // Broadcast from the last rank, in place.
+    let b = DevBuf::from(&vec![rank as f32; count]);
+    check(ncclBroadcast(b.p(), b.p(), count, F32, (n - 1) as i32, comm, stream), "broadcast");
+    sync_all();
+    assert!(b.download().iter().all(|&v| v == (n - 1) as f32), "broadcast");
+
+    // PreMulSum with a host scalar of this rank's own.
+    let scalar = rank as f32 + 2.0;
+    let mut op = ncclRedOp_t(0);
+    check(
+        ncclRedOpCreatePreMulSum(&mut op, &scalar as *const f32 as *mut c_void, F32, ncclScalarResidence_t(1), comm),
+        "premulsum",
+    );
+    let ones = DevBuf::from(&vec![1.0f32; count]);
+    check(ncclAllReduce(ones.p(), recv.p(), count, F32, op, comm, stream), "allreduce premulsum");
+    sync_all();
+    let want: f32 = (0..n).map(|r| r as f32 + 2.0).sum();
+    assert!(recv.download().iter().all(|&v| v == want), "premulsum");
+
+    // Send/recv in a ring (the staged path).
+    let to = (rank + 1) % n;
+    let from = (rank + n - 1) % n;
+    let got = DevBuf::new(count);
+    check(ncclGroupStart(), "group start");
+    check(ncclSend(send.p(), count, F32, to as i32, comm, stream), "send");
+    check(ncclRecv(got.p(), count, F32, from as i32, comm, stream), "recv");
+    check(ncclGroupEnd(), "group end");
+    sync_all();
+    let want: Vec<f32> = (0..count).map(|i| (i % 97) as f32 + from as f32 * 1000.0).collect();
+    assert_eq!(got.download(), want, "sendrecv");
+}
+
+#[test]
+fn device_buffers_threads_2_and_3() {
+    if skip("device_buffers_threads_2_and_3") {
+        return;
+    }
+    for n in [2usize, 3] {
+        with_ranks(n, move |rank, comm| device_collectives(rank, n, comm.0));
+    }
+    println!("device collectives: 2 and 3 thread ranks OK");
+}
+
+#[test]
+fn device_buffers_one_rank() {
+    if skip("device_buffers_one_rank") {
+        return;
+    }
+    with_ranks(1, |rank, comm| device_collectives(rank, 1, comm.0));
+}
+
+/// The operation runs after the work queued before it on the stream, and work queued after it
+/// waits for it: an asynchronous memset feeds it, an asynchronous copy reads its result.
+#[test]
+fn device_buffers_are_stream_ordered() {
+    if skip("device_buffers_are_stream_ordered") {
+        return;
+    }
+    with_ranks(2, |_rank, comm| {
+        assert!(gpu_context());
+        let stream = new_stream();
+        let count = 1 << 20;
+        let send = DevBuf::new(count);
+        let recv = DevBuf::new(count);
+        let mut host = vec![0f32; count];
+        for _ in 0..3 {
+            // SAFETY: send holds count floats; stream is live.
+            cu(unsafe { sys::cuMemsetD32Async(send.ptr, 2.5f32.to_bits(), count, stream as sys::CUstream) }, "memset");
+            check(ncclAllReduce(send.p(), recv.p(), count, F32, ncclRedOp_t(0), comm.0, stream), "allreduce");
+            // SAFETY: host holds count floats and outlives the synchronize below.
+            cu(
+                unsafe {
+                    sys::cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), recv.ptr, count * 4, stream as sys::CUstream)
+                },
+                "copy back",
+            );
+            // SAFETY: stream is live.
+            cu(unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) }, "sync");
+            assert!(host.iter().all(|&v| v == 5.0), "result not ordered on the stream");
+            host.fill(0.0);
+        }
+    });
+}
+
+/// Host and device buffers in one call are refused and nothing runs; ncclMemAlloc gives device
+/// memory in a thread with a context, and ncclMemFree takes it back.
+#[test]
+fn mixed_memory_is_refused_and_mem_alloc_is_device_memory() {
+    if skip("mixed_memory_is_refused_and_mem_alloc_is_device_memory") {
+        return;
+    }
+    with_ranks(1, |_rank, comm| {
+        assert!(gpu_context());
+        let dev = DevBuf::new(16);
+        let mut host = vec![0f32; 16];
+        let r = ncclAllReduce(dev.p(), host.as_mut_ptr().cast(), 16, F32, ncclRedOp_t(0), comm.0, std::ptr::null_mut());
+        assert_eq!(r, ncclResult_t::ncclInvalidArgument);
+        let mut p: *mut c_void = std::ptr::null_mut();
+        check(ncclMemAlloc(&mut p, 1 << 20), "ncclMemAlloc");
+        assert!(ferroccl::cuda::memory::classify(p as *const u8).is_device(), "ncclMemAlloc gave host memory");
+        check(ncclMemFree(p), "ncclMemFree");
+    });
+}
+
+/// Body of a rank process for the tests below (does nothing without the role variable).
+#[test]
+fn gpu_child_rank() {
+    let Ok(role) = std::env::var("FERROCCL_IT_GPU_ROLE") else { return };
+    let parts: Vec<&str> = role.split(',').collect();
+    let (rank, n) = (parts[0].parse::<usize>().unwrap(), parts[1].parse::<usize>().unwrap());
+    let id = crate::processes::unhex(parts[2]);
+    assert!(gpu_context());
+    let mut comm: ncclComm_t = std::ptr::null_mut();
+    check(ncclCommInitRank(&mut comm, n as i32, id, rank as i32), "init");
+    device_collectives(rank, n, comm);
+    check(ncclCommDestroy(comm), "destroy");
+    println!("GPU CHILD {rank} OK");
+}
+
+fn gpu_processes(n: usize, extra_env: &[(&str, &str)]) {
+    let id = unique_id();
+    let children: Vec<_> = (0..n)
+        .map(|rank| {
+            let mut cmd = Command::new(std::env::current_exe().unwrap());
+            cmd.args(["--exact", "cuda::gpu_child_rank", "--nocapture", "--test-threads=1"])
+                .env("FERROCCL_IT_GPU_ROLE", format!("{rank},{n},{}", crate::processes::hex(&id)))
+                .env("FERROCCL_BOOTSTRAP_TIMEOUT", "30")
+                .env("FERROCCL_TIMEOUT", "60")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for (k, v) in extra_env {
+                cmd.env(k, v);
+            }
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    for (rank, c) in children.into_iter().enumerate() {
+        let out = c.wait_with_output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && text.contains(&format!("GPU CHILD {rank} OK")), "rank {rank}:\n{text}");
+    }
+}
+
+#[test]
+fn gpu_processes_ipc() {
+    if skip("gpu_processes_ipc") {
+        return;
+    }
+    gpu_processes(2, &[]);
+    gpu_processes(4, &[]);
+}
+
+#[test]
+fn gpu_processes_staged() {
+    if skip("gpu_processes_staged") {
+        return;
+    }
+    gpu_processes(2, &[("NCCL_P2P_DISABLE", "1")]);
+}
