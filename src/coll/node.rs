@@ -138,6 +138,24 @@ impl NodeOp {
         self.phase == Phase::Done
     }
 
+    /// The ranks this operation waits for now (for timeout messages; empty when it is not
+    /// waiting on anyone).
+    pub fn waiting_for(&self, area: &NodeArea) -> Vec<usize> {
+        let tiny = self.algo == NodeAlgo::OneShot && self.bytes <= TINY_BYTES;
+        match self.phase {
+            Phase::Start | Phase::Done => Vec::new(),
+            Phase::WaitSlot => area.behind(Counter::Left, self.seq.saturating_sub(2)),
+            Phase::WaitArrived if tiny && !matches!(self.coll, NodeColl::Broadcast { .. }) => area.behind_tiny(self.seq),
+            Phase::WaitArrived => match (self.coll, self.algo) {
+                (NodeColl::Broadcast { root }, _) => {
+                    area.behind(Counter::Arrived, self.seq).into_iter().filter(|&r| r == root).collect()
+                }
+                _ => area.behind(Counter::Arrived, self.seq),
+            },
+            Phase::WaitLeft => area.behind(Counter::Left, self.seq),
+        }
+    }
+
     /// Advances as far as possible without waiting; `true` when something moved.
     pub fn progress(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>) -> Result<bool> {
         let before = self.phase;

@@ -585,6 +585,11 @@ impl NetSend for ShmSend {
         Ok(take_done(&mut self.done, req.0))
     }
 
+    /// Slots the receiver freed and direct messages it read: move only while the peer does.
+    fn progress_mark(&self) -> u64 {
+        self.seg.tail().load(Ordering::Relaxed).wrapping_add(self.seg.word(OFF_DIRECT_DONE).load(Ordering::Relaxed))
+    }
+
     fn wait_hint(&self) -> Option<WaitHint> {
         None
     }
@@ -705,6 +710,11 @@ impl NetRecv for ShmRecv {
         }
         self.progress()?;
         Ok(take_done(&mut self.done, req.0))
+    }
+
+    /// Slots consumed: moves only while the sender publishes.
+    fn progress_mark(&self) -> u64 {
+        self.seg.tail().load(Ordering::Relaxed)
     }
 
     fn wait_hint(&self) -> Option<WaitHint> {

@@ -108,6 +108,7 @@ impl Net for SocketNet {
             queue: VecDeque::new(),
             next_id: 0,
             done: HashMap::new(),
+            moved: 0,
         };
         // Plaintext is ready at once; TLS sends its ClientHello now.
         send.advance_handshake()?;
@@ -239,7 +240,13 @@ impl Acceptor {
             let recv: Box<dyn NetRecv> = if helper_sockets().is_some() {
                 Box::new(ThreadedRecv::spawn(vec![a.stream], self.cpus.clone())?)
             } else {
-                Box::new(SocketRecv { stream: a.stream, queue: VecDeque::new(), next_id: 0, done: HashMap::new() })
+                Box::new(SocketRecv {
+                    stream: a.stream,
+                    queue: VecDeque::new(),
+                    next_id: 0,
+                    done: HashMap::new(),
+                    moved: 0,
+                })
             };
             return Ok(Some((a.id, recv)));
         }
@@ -442,6 +449,8 @@ struct SocketSend {
     queue: VecDeque<SendReq>,
     next_id: u64,
     done: HashMap<u64, usize>,
+    /// Bytes written so far (the watchdog's progress mark).
+    moved: u64,
 }
 
 impl SocketSend {
@@ -500,7 +509,10 @@ impl SocketSend {
                 };
                 match r {
                     Ok(0) => return Err(Error::remote(format!("send to {peer}: connection closed"))),
-                    Ok(n) => req.sent += n,
+                    Ok(n) => {
+                        req.sent += n;
+                        self.moved += n as u64;
+                    }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => return Err(socket::io_error(e, "send", peer)),
@@ -569,6 +581,10 @@ impl NetSend for SocketSend {
         Ok(self.done.remove(&req.0))
     }
 
+    fn progress_mark(&self) -> u64 {
+        self.moved
+    }
+
     fn wait_hint(&self) -> Option<WaitHint> {
         if self.queue.is_empty() {
             return None;
@@ -597,6 +613,8 @@ struct SocketRecv {
     queue: VecDeque<RecvReq>,
     next_id: u64,
     done: HashMap<u64, usize>,
+    /// Bytes read so far (the watchdog's progress mark).
+    moved: u64,
 }
 
 impl SocketRecv {
@@ -628,6 +646,7 @@ impl SocketRecv {
                     Ok(n) => {
                         let before = req.got;
                         req.got += n;
+                        self.moved += n as u64;
                         if before < FRAME_BYTES && req.got >= FRAME_BYTES {
                             check_frame(&req.header, req.region.len(), self.stream.peer())?;
                         }
@@ -676,6 +695,10 @@ impl NetRecv for SocketRecv {
         }
         self.progress()?;
         Ok(self.done.remove(&req.0))
+    }
+
+    fn progress_mark(&self) -> u64 {
+        self.moved
     }
 
     fn wait_hint(&self) -> Option<WaitHint> {
@@ -795,6 +818,11 @@ impl Shared {
     }
 
     /// Requests complete on every socket.
+    /// Parts completed by all helpers together: moves while a striped request is under way.
+    fn parts_completed(&self) -> u64 {
+        self.completed.iter().fold(0u64, |m, c| m.wrapping_add(c.load(std::sync::atomic::Ordering::Relaxed)))
+    }
+
     fn completed(&self) -> u64 {
         self.completed.iter().map(|c| c.load(std::sync::atomic::Ordering::Acquire)).min().unwrap_or(0)
     }
@@ -1014,6 +1042,10 @@ impl NetSend for ThreadedSend {
         self.conn.post(data)
     }
 
+    fn progress_mark(&self) -> u64 {
+        self.conn.shared.parts_completed()
+    }
+
     fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
         self.conn.test(req)
     }
@@ -1068,6 +1100,10 @@ fn recv_helper(mut stream: Stream, sub: usize, jobs: &mpsc::Receiver<MemRegion>,
 impl NetRecv for ThreadedRecv {
     fn irecv(&mut self, data: MemRegion) -> Result<Option<RequestId>> {
         self.conn.post(data)
+    }
+
+    fn progress_mark(&self) -> u64 {
+        self.conn.shared.parts_completed()
     }
 
     fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
