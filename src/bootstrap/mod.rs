@@ -87,7 +87,17 @@ impl Bootstrap {
         deadline: Instant,
     ) -> Result<Bootstrap> {
         let nranks = addrs.len();
-        let mut b = Bootstrap { rank, nranks, magic, listener, addrs, next: None, prev: None, unexpected: Vec::new(), interrupt: None };
+        let mut b = Bootstrap {
+            rank,
+            nranks,
+            magic,
+            listener,
+            addrs,
+            next: None,
+            prev: None,
+            unexpected: Vec::new(),
+            interrupt: None,
+        };
         if nranks > 1 {
             // Connect to the next rank while accepting the previous one: a TLS client
             // handshake needs its server to take part, so if every rank connected first and
@@ -274,6 +284,40 @@ mod tests {
         for h in handles {
             h.join().unwrap();
         }
+    }
+
+    /// Rank 0 waits in an all-gather and then in a receive that rank 1 never serves; its
+    /// interrupt, set from another thread, must end each wait within a poll slice or two.
+    #[test]
+    fn interrupt_ends_bootstrap_waits() {
+        let id = create_unique_id().unwrap();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let idle = std::thread::spawn(move || {
+            let _b = Bootstrap::join(&id, 1, 2).unwrap();
+            // Keep the connections open, silent, until rank 0 is done.
+            let _ = done_rx.recv_timeout(Duration::from_secs(30));
+        });
+        let mut b = Bootstrap::join(&id, 0, 2).unwrap();
+        for what in ["all-gather", "recv"] {
+            let interrupt = Interrupt::new();
+            b.set_interrupt(interrupt.clone());
+            let trigger = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                interrupt.trigger();
+                Instant::now()
+            });
+            let err = match what {
+                "all-gather" => b.all_gather(&[1, 2, 3]).map(|_| ()),
+                _ => b.recv(1, 9).map(|_| ()),
+            }
+            .unwrap_err();
+            let released = Instant::now().saturating_duration_since(trigger.join().unwrap());
+            assert_eq!(err.code(), crate::types::ncclResult_t::ncclInvalidUsage, "{what}: {err}");
+            assert!(err.to_string().contains("aborted"), "{what}: {err}");
+            assert!(released < Duration::from_secs(1), "{what}: released {released:?} after the interrupt");
+        }
+        let _ = done_tx.send(());
+        idle.join().unwrap();
     }
 
     #[test]

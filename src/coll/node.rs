@@ -145,7 +145,9 @@ impl NodeOp {
         match self.phase {
             Phase::Start | Phase::Done => Vec::new(),
             Phase::WaitSlot => area.behind(Counter::Left, self.seq.saturating_sub(2)),
-            Phase::WaitArrived if tiny && !matches!(self.coll, NodeColl::Broadcast { .. }) => area.behind_tiny(self.seq),
+            Phase::WaitArrived if tiny && !matches!(self.coll, NodeColl::Broadcast { .. }) => {
+                area.behind_tiny(self.seq)
+            }
             Phase::WaitArrived => match (self.coll, self.algo) {
                 (NodeColl::Broadcast { root }, _) => {
                     area.behind(Counter::Arrived, self.seq).into_iter().filter(|&r| r == root).collect()
