@@ -102,9 +102,7 @@ impl Watchdog {
     /// The waiter is about to sleep: `Some(idle time)` when nothing moved for the whole
     /// timeout. `mark` is only called when the timeout is configured.
     pub fn idle(&mut self, mark: impl FnOnce() -> u64) -> Option<Duration> {
-        if self.timeout.is_none() {
-            return None;
-        }
+        self.timeout?;
         self.idle_at(Instant::now(), mark)
     }
 
