@@ -64,7 +64,7 @@ impl Links {
     ) -> Result<(Links, NetHandle)> {
         let (handle, listener) = net.listen(magic)?;
         let shm = if shm_allowed() {
-            let shm_net = ShmNet::new();
+            let shm_net = ShmNet::with_interrupt(interrupt.clone());
             match shm_net.listen_rank(magic, rank) {
                 Ok((_, l)) => Some((shm_net, l)),
                 Err(e) => {
@@ -160,9 +160,12 @@ impl Links {
         self.net.name()
     }
 
-    /// The send connection to `peer`, connecting on first use.
+    /// The send connection to `peer`, connecting on first use (network connects retry for
+    /// at most NCCL_SOCKET_RETRY_CNT x NCCL_SOCKET_RETRY_SLEEP_MSEC; shared-memory ones stop
+    /// at the interrupt).
     pub fn send_conn(&mut self, peer: usize) -> Result<&mut dyn NetSend> {
         if self.send[peer].is_none() {
+            self.interrupt.check(&format!("connecting to rank {peer}"))?;
             let me = ConnectorId { comm_magic: self.magic, rank: self.rank as u32, channel: 0 };
             let conn = match (self.routes[peer], &self.shm) {
                 (Route::Shm, Some((shm, _))) => {
