@@ -1139,6 +1139,56 @@ mod tests {
         }
     }
 
+    /// The watchdog's marks count bytes that really moved: the sender's stops short of the
+    /// message while nobody reads (the kernel's buffers are full), and both reach the whole
+    /// frame once the receiver drains it.
+    #[test]
+    fn progress_marks_count_moved_bytes() {
+        if helper_sockets().is_some() {
+            return; // striped connections count parts, not bytes (NCCL_NSOCKS_PERTHREAD set)
+        }
+        let net = SocketNet::new(super::super::netif::pick().unwrap(), None);
+        let magic = 0x5eed_0000_0000_7777u64;
+        let (handle, mut listener) = net.listen(magic).unwrap();
+        let mut send = net.connect(&handle, ConnectorId { comm_magic: magic, rank: 0, channel: 0 }).unwrap();
+        let len = 64 << 20;
+        let data = vec![3u8; len];
+        // SAFETY: `data` outlives the request, unmodified.
+        let sreq = send.isend(unsafe { MemRegion::new(data.as_ptr() as *mut u8, len) }).unwrap().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let (_, mut recv) = loop {
+            if let Some(x) = listener.accept().unwrap() {
+                break x;
+            }
+            assert!(send.test(sreq).unwrap().is_none(), "64 MiB cannot fit in socket buffers");
+            assert!(Instant::now() < deadline, "never accepted");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        // Push until the kernel takes no more; then the mark must stay put.
+        let mut last = u64::MAX;
+        while send.progress_mark() != last {
+            last = send.progress_mark();
+            for _ in 0..100 {
+                assert!(send.test(sreq).unwrap().is_none());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(last > 0 && last < len as u64, "stalled at {last} of {len} bytes");
+        assert_eq!(recv.progress_mark(), 0, "nothing read yet");
+        let mut got = vec![0u8; len];
+        // SAFETY: `got` outlives the request and nobody else touches it.
+        let rreq = recv.irecv(unsafe { MemRegion::new(got.as_mut_ptr(), len) }).unwrap().unwrap();
+        let (mut sent, mut received) = (false, false);
+        while !(sent && received) {
+            sent |= send.test(sreq).unwrap().is_some();
+            received |= recv.test(rreq).unwrap().is_some();
+            assert!(Instant::now() < deadline, "transfer stalled");
+        }
+        assert_eq!(recv.progress_mark(), (len + FRAME_BYTES) as u64);
+        assert!(send.progress_mark() >= len as u64);
+        assert!(got.iter().all(|&b| b == 3));
+    }
+
     #[test]
     fn stripe_fields_round_trip() {
         assert_eq!(stripe_of(stripe_extra(5, 3, 4)), (5, 3, 4));
