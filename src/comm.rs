@@ -12,6 +12,7 @@ use crate::coll::plan::Plan;
 use crate::coll::reduce::Reduction;
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
+use crate::interrupt::Interrupt;
 use crate::transport::links::{Links, PeerLink};
 use crate::transport::node_area::NodeArea;
 use crate::transport::socket_net::SocketNet;
@@ -96,6 +97,9 @@ pub struct Comm {
     pub config: CommConfig,
     bootstrap: Mutex<Bootstrap>,
     links: Mutex<Links>,
+    /// Set by abort, without taking `links`: a call blocked on these connections notices it
+    /// within a poll interval, fails and releases them (the links and the bootstrap share it).
+    interrupt: Interrupt,
     async_error: AtomicI32,
     state: AtomicU8,
     redops: Mutex<HashMap<c_int, RedOpEntry>>,
@@ -150,7 +154,9 @@ impl Comm {
         let (rank, nranks, magic) = (bootstrap.rank(), bootstrap.nranks(), bootstrap.magic());
         let net = network()?;
         describe_topology_once();
-        let (mut links, handle) = Links::listen(net.clone(), rank, nranks, magic, host_hash())?;
+        let interrupt = Interrupt::new();
+        bootstrap.set_interrupt(interrupt.clone());
+        let (mut links, handle) = Links::listen(net.clone(), rank, nranks, magic, host_hash(), interrupt.clone())?;
         let me = PeerInfo {
             rank,
             host_hash: host_hash(),
@@ -194,6 +200,7 @@ impl Comm {
             config,
             bootstrap: Mutex::new(bootstrap),
             links: Mutex::new(links),
+            interrupt,
             async_error: AtomicI32::new(0),
             state: AtomicU8::new(CommState::Active as u8),
             redops: Mutex::new(HashMap::new()),
@@ -306,14 +313,21 @@ impl Comm {
         Ok(())
     }
 
+    /// Closes every connection (destroy, abort). A call blocked on this communicator in
+    /// another thread holds the links: the interrupt makes it fail and let go (within a poll
+    /// interval, see `interrupt::POLL_SLICE`), and the connections are closed after it.
     pub fn abort(&self) {
         // One coverage line per communicator, at teardown: data connections are made on
         // first use, so only then is the picture complete.
         crate::tls::Coverage::log(self);
         self.state.store(CommState::Aborted as u8, Ordering::Release);
-        if let Ok(mut l) = self.links.lock() {
-            l.close_all();
-        }
+        self.interrupt.trigger();
+        self.links.lock().unwrap_or_else(|p| p.into_inner()).close_all();
+    }
+
+    /// The abort flag of this communicator.
+    pub fn interrupt(&self) -> &Interrupt {
+        &self.interrupt
     }
 
     /// Creates a PreMulSum operator handle.

@@ -30,6 +30,8 @@ pub enum ParamKind {
     /// A byte count: a plain integer, optionally with a `K`, `M`, `G` or `T` suffix
     /// (powers of 1024; `KB`/`KiB` spellings and lower case are accepted too).
     Bytes,
+    /// A duration in seconds: a non-negative integer or decimal fraction (`5`, `0.5`).
+    Seconds,
 }
 
 impl ParamKind {
@@ -40,6 +42,7 @@ impl ParamKind {
             Self::Bool => "bool",
             Self::String => "string",
             Self::Bytes => "bytes",
+            Self::Seconds => "seconds",
         }
     }
 }
@@ -61,7 +64,7 @@ const fn param(name: &'static str, kind: ParamKind, default: &'static str, help:
     Param { name, kind, default, help }
 }
 
-use ParamKind::{Bool, Bytes, Int, String as Str};
+use ParamKind::{Bool, Bytes, Int, Seconds, String as Str};
 
 /// The registry: every parameter ferroccl reads, in README order.
 pub static PARAMS: &[Param] = &[
@@ -140,6 +143,14 @@ pub static PARAMS: &[Param] = &[
         Int,
         "120",
         "Seconds bootstrap and connection setup wait for peers before failing",
+    ),
+    param(
+        "FERROCCL_TIMEOUT",
+        Seconds,
+        "",
+        "Seconds a collective or point-to-point call may make no progress (no byte moved, no peer \
+         counter advanced) before it fails with ncclTimeout naming the ranks it waited for; \
+         unset or 0 waits for ever, as NCCL",
     ),
     param("FERROCCL_CHUNK_SIZE", Bytes, "524288", "Bytes per pipelined ring chunk"),
     param(
@@ -259,7 +270,7 @@ impl Snapshot {
         }
         for p in PARAMS {
             if let Some(s) = settings.get(p.name) {
-                if p.kind != Str && parse_number(p.kind, &s.value).is_none() {
+                if !is_valid(p.kind, &s.value) {
                     warnings.push(invalid_value_message(p, &s.value));
                 }
             }
@@ -269,7 +280,7 @@ impl Snapshot {
 
     /// The value as set (environment or file), or `None` when unset. Any kind.
     pub fn get_str(&self, name: &str) -> Option<String> {
-        let p = checked(name, &[Int, Bool, Str, Bytes]);
+        let p = checked(name, &[Int, Bool, Str, Bytes, Seconds]);
         self.raw(p).map(str::to_owned)
     }
 
@@ -311,9 +322,16 @@ impl Snapshot {
         self.raw(p).and_then(parse_bytes).or_else(|| parse_bytes(p.default))
     }
 
+    /// A duration in seconds as set, else the default; `None` when neither is set or the
+    /// value is 0 (for parameters where 0 means "no limit").
+    pub fn get_seconds_opt(&self, name: &str) -> Option<std::time::Duration> {
+        let p = checked(name, &[Seconds]);
+        self.raw(p).and_then(parse_seconds).or_else(|| parse_seconds(p.default)).filter(|d| !d.is_zero())
+    }
+
     /// Where the value of `name` came from, or `None` when unset.
     pub fn source(&self, name: &str) -> Option<&Source> {
-        let p = checked(name, &[Int, Bool, Str, Bytes]);
+        let p = checked(name, &[Int, Bool, Str, Bytes, Seconds]);
         self.settings.get(p.name).map(|s| &s.source)
     }
 
@@ -336,6 +354,11 @@ impl Snapshot {
             };
             match p.kind {
                 Str => lines.push(format!("{} set by {by} to {}", p.name, s.value)),
+                Seconds => {
+                    if let Some(d) = parse_seconds(&s.value) {
+                        lines.push(format!("{} set by {by} to {}.", p.name, d.as_secs_f64()));
+                    }
+                }
                 Int | Bool | Bytes => {
                     if let Some(v) = parse_number(p.kind, &s.value) {
                         lines.push(format!("{} set by {by} to {v}.", p.name));
@@ -396,6 +419,11 @@ pub fn get_bytes(name: &str) -> u64 {
     snapshot().get_bytes(name)
 }
 
+/// [`Snapshot::get_seconds_opt`] on the process snapshot.
+pub fn get_seconds_opt(name: &str) -> Option<std::time::Duration> {
+    snapshot().get_seconds_opt(name)
+}
+
 /// [`Snapshot::warnings`] on the process snapshot.
 pub fn warnings() -> &'static [String] {
     snapshot().warnings()
@@ -446,8 +474,27 @@ fn parse_number(kind: ParamKind, text: &str) -> Option<i128> {
     match kind {
         Int | Bool => parse_int(text).map(i128::from),
         Bytes => parse_bytes(text).map(i128::from),
-        Str => None,
+        Str | Seconds => None,
     }
+}
+
+/// Whether `text` is a valid value of `kind`.
+fn is_valid(kind: ParamKind, text: &str) -> bool {
+    match kind {
+        Str => true,
+        Seconds => parse_seconds(text).is_some(),
+        Int | Bool | Bytes => parse_number(kind, text).is_some(),
+    }
+}
+
+/// A non-negative, finite number of seconds, integer or decimal: `5`, `0.25`, `2.`.
+fn parse_seconds(text: &str) -> Option<std::time::Duration> {
+    let t = text.trim();
+    if t.is_empty() || !t.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return None;
+    }
+    let v: f64 = t.parse().ok()?;
+    std::time::Duration::try_from_secs_f64(v).ok()
 }
 
 /// A signed decimal or `0x` hex integer, surrounding whitespace allowed.
@@ -587,8 +634,8 @@ mod tests {
             assert!(p.name.starts_with("NCCL_") || p.name.starts_with("FERROCCL_"), "{}", p.name);
             assert!(!p.help.is_empty() && !p.help.contains('\n'), "{}", p.name);
             assert!(PARAMS[..i].iter().all(|q| q.name != p.name), "duplicate {}", p.name);
-            if !p.default.is_empty() && p.kind != Str {
-                assert!(parse_number(p.kind, p.default).is_some(), "bad default {}", p.name);
+            if !p.default.is_empty() {
+                assert!(is_valid(p.kind, p.default), "bad default {}", p.name);
             }
         }
     }
@@ -641,6 +688,24 @@ mod tests {
         assert_eq!(s.source("NCCL_SHM_DISABLE"), Some(&Source::Environment));
         assert_eq!(s.source("NCCL_DEBUG"), None);
         assert!(s.warnings().is_empty());
+    }
+
+    #[test]
+    fn seconds_parse_integers_and_fractions() {
+        use std::time::Duration;
+        assert_eq!(snap(&[], &[]).get_seconds_opt("FERROCCL_TIMEOUT"), None);
+        for (text, want) in [("5", Some(5000)), (" 0.25 ", Some(250)), ("2.", Some(2000)), ("0", None), ("0.0", None)] {
+            let s = snap(&[("FERROCCL_TIMEOUT", text)], &[]);
+            assert_eq!(s.get_seconds_opt("FERROCCL_TIMEOUT"), want.map(Duration::from_millis), "{text:?}");
+            assert!(s.warnings().is_empty(), "{text:?}");
+        }
+        for bad in ["-1", "5s", "inf", "NaN", "1e3", "."] {
+            let s = snap(&[("FERROCCL_TIMEOUT", bad)], &[]);
+            assert_eq!(s.get_seconds_opt("FERROCCL_TIMEOUT"), None, "{bad:?}");
+            assert_eq!(s.warnings().len(), 1, "{bad:?} should warn");
+        }
+        let s = snap(&[("FERROCCL_TIMEOUT", "1.5")], &[]);
+        assert_eq!(s.env_log_lines(), vec!["FERROCCL_TIMEOUT set by environment to 1.5.".to_owned()]);
     }
 
     #[test]

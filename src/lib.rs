@@ -5,6 +5,7 @@
 //!
 //! Layers, bottom up:
 //! - [`env`] (the only reader of the environment) and [`debug`] (NCCL-format logging);
+//! - [`interrupt`]: the abort flag and no-progress deadline every wait polls;
 //! - [`transport`]: TCP building blocks, the `ncclNet_t`-shaped [`transport::Net`] with its
 //!   socket implementation, and per-communicator connection tables;
 //! - [`bootstrap`]: unique ids, the rendezvous root, the setup ring;
@@ -29,6 +30,7 @@ pub mod env;
 pub mod error;
 pub mod ffi;
 pub mod group;
+pub mod interrupt;
 pub mod tls;
 pub mod topo;
 pub mod transport;

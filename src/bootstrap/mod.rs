@@ -10,6 +10,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::interrupt::Interrupt;
 use crate::tls;
 use crate::transport::socket::{self, ConnKind, Hello, Stream};
 pub use id::UniqueId;
@@ -62,6 +63,8 @@ pub struct Bootstrap {
     prev: Option<Stream>,
     /// Point-to-point messages that arrived before they were asked for: (from, tag, data).
     unexpected: Vec<(usize, u32, Vec<u8>)>,
+    /// The abort flag of the communicator this bootstrap serves (none while it is created).
+    interrupt: Option<Interrupt>,
 }
 
 impl Bootstrap {
@@ -84,7 +87,17 @@ impl Bootstrap {
         deadline: Instant,
     ) -> Result<Bootstrap> {
         let nranks = addrs.len();
-        let mut b = Bootstrap { rank, nranks, magic, listener, addrs, next: None, prev: None, unexpected: Vec::new() };
+        let mut b = Bootstrap {
+            rank,
+            nranks,
+            magic,
+            listener,
+            addrs,
+            next: None,
+            prev: None,
+            unexpected: Vec::new(),
+            interrupt: None,
+        };
         if nranks > 1 {
             // Connect to the next rank while accepting the previous one: a TLS client
             // handshake needs its server to take part, so if every rank connected first and
@@ -123,6 +136,11 @@ impl Bootstrap {
     }
     pub fn magic(&self) -> u64 {
         self.magic
+    }
+
+    /// Makes every later wait give up once `interrupt` is set (the communicator's abort).
+    pub fn set_interrupt(&mut self, interrupt: Interrupt) {
+        self.interrupt = Some(interrupt);
     }
 
     /// Accepts connections until one of `kind` from `peer` arrives; p2p messages arriving
@@ -167,9 +185,14 @@ impl Bootstrap {
         for step in 0..n - 1 {
             let send_block = (self.rank + n - step) % n;
             let recv_block = (self.rank + n - step - 1) % n;
+            if let Some(i) = &self.interrupt {
+                i.check("bootstrap all-gather")?;
+            }
             let next = self.next.as_mut().expect("ring exists when nranks > 1");
             next.send_msg(&all[send_block * len..(send_block + 1) * len], "bootstrap all-gather")?;
             let prev = self.prev.as_mut().expect("ring exists when nranks > 1");
+            let what = format!("bootstrap all-gather: waiting for rank {}", (self.rank + n - 1) % n);
+            prev.await_input(self.interrupt.as_ref(), Instant::now() + timeout(), &what)?;
             let got = prev.recv_msg(MAX_MESSAGE, "bootstrap all-gather")?;
             if got.len() != len {
                 return Err(Error::invalid_usage(format!(
@@ -185,6 +208,9 @@ impl Bootstrap {
 
     /// Sends a tagged message to `peer` over a fresh connection.
     pub fn send(&mut self, peer: usize, tag: u32, data: &[u8]) -> Result<()> {
+        if let Some(i) = &self.interrupt {
+            i.check("bootstrap send")?;
+        }
         let deadline = Instant::now() + timeout();
         let mut s = socket::connect(self.addrs[peer], deadline)?;
         s.set_timeout(Some(timeout()))?;
@@ -199,7 +225,7 @@ impl Bootstrap {
             if let Some(i) = self.unexpected.iter().position(|(p, t, _)| *p == peer && *t == tag) {
                 return Ok(self.unexpected.remove(i).2);
             }
-            let mut s = socket::accept(&self.listener, deadline)
+            let mut s = socket::accept_or_interrupt(&self.listener, deadline, self.interrupt.as_ref())
                 .map_err(|e| e.context(&format!("bootstrap recv from rank {peer}")))?;
             s.set_timeout(Some(timeout()))?;
             match s.recv_hello(self.magic) {
@@ -258,6 +284,40 @@ mod tests {
         for h in handles {
             h.join().unwrap();
         }
+    }
+
+    /// Rank 0 waits in an all-gather and then in a receive that rank 1 never serves; its
+    /// interrupt, set from another thread, must end each wait within a poll slice or two.
+    #[test]
+    fn interrupt_ends_bootstrap_waits() {
+        let id = create_unique_id().unwrap();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let idle = std::thread::spawn(move || {
+            let _b = Bootstrap::join(&id, 1, 2).unwrap();
+            // Keep the connections open, silent, until rank 0 is done.
+            let _ = done_rx.recv_timeout(Duration::from_secs(30));
+        });
+        let mut b = Bootstrap::join(&id, 0, 2).unwrap();
+        for what in ["all-gather", "recv"] {
+            let interrupt = Interrupt::new();
+            b.set_interrupt(interrupt.clone());
+            let trigger = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                interrupt.trigger();
+                Instant::now()
+            });
+            let err = match what {
+                "all-gather" => b.all_gather(&[1, 2, 3]).map(|_| ()),
+                _ => b.recv(1, 9).map(|_| ()),
+            }
+            .unwrap_err();
+            let released = Instant::now().saturating_duration_since(trigger.join().unwrap());
+            assert_eq!(err.code(), crate::types::ncclResult_t::ncclInvalidUsage, "{what}: {err}");
+            assert!(err.to_string().contains("aborted"), "{what}: {err}");
+            assert!(released < Duration::from_secs(1), "{what}: released {released:?} after the interrupt");
+        }
+        let _ = done_tx.send(());
+        idle.join().unwrap();
     }
 
     #[test]

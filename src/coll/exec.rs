@@ -5,6 +5,10 @@
 //! progress together. It posts each step once its dependencies are done, keeps the per-peer
 //! FIFO order of sends and receives (the matching rule in `plan`), reduces arriving chunks
 //! straight into the destination, and sleeps in `poll` when nothing can move.
+//!
+//! Before each sleep (never while data moves) it checks the communicators' abort flags and
+//! the no-progress watchdog (`interrupt`): an aborted communicator or `FERROCCL_TIMEOUT`
+//! without progress ends the call with an error, releasing the connections.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -12,6 +16,7 @@ use std::time::{Duration, Instant};
 use super::plan::{BufId, LocalOp, Plan, RecvAction, Slice, Step};
 use super::reduce::Reduction;
 use crate::error::{Error, Result};
+use crate::interrupt::Watchdog;
 use crate::transport::links::Links;
 use crate::transport::{MemRegion, RecvOp, RequestId, WaitHint};
 
@@ -158,6 +163,7 @@ fn run_to_completion(comms: &mut [CommWork<'_>], states: &mut [CommState], pool:
     // pays when another rank needs this core.
     let spin_rounds = if oversubscribed(comms) { SPIN_ROUNDS_OVERSUBSCRIBED } else { SPIN_ROUNDS };
     let mut idle_rounds = 0u32;
+    let mut watch = Watchdog::new(crate::interrupt::progress_timeout());
     loop {
         let mut progressed = false;
         let mut all_done = true;
@@ -173,6 +179,7 @@ fn run_to_completion(comms: &mut [CommWork<'_>], states: &mut [CommState], pool:
         }
         if progressed {
             idle_rounds = 0;
+            watch.progressed();
             continue;
         }
         idle_rounds = idle_rounds.saturating_add(1);
@@ -183,8 +190,66 @@ fn run_to_completion(comms: &mut [CommWork<'_>], states: &mut [CommState], pool:
             }
             continue;
         }
+        for cw in comms.iter() {
+            if cw.links.interrupt().is_set() {
+                return Err(crate::interrupt::aborted(&format!("operation on rank {}", cw.rank)));
+            }
+        }
+        let mark = || comms.iter().fold(0u64, |m, cw| m.wrapping_add(cw.links.progress_mark()));
+        if let Some(idle) = watch.idle(mark) {
+            return Err(no_progress(comms, states, idle));
+        }
         wait_for_io(comms, states, idle_rounds);
     }
+}
+
+/// The timeout error: how long nothing moved, and per communicator the ranks waited for.
+fn no_progress(comms: &[CommWork<'_>], states: &[CommState], idle: Duration) -> Error {
+    let parts: Vec<String> = comms
+        .iter()
+        .zip(states)
+        .filter(|(_, st)| st.remaining > 0)
+        .map(|(cw, st)| {
+            let peers = waited_peers(cw, st);
+            let list = if peers.is_empty() {
+                "no identifiable rank".to_owned()
+            } else {
+                let names: Vec<String> = peers.iter().map(usize::to_string).collect();
+                format!("rank{} {}", if peers.len() > 1 { "s" } else { "" }, names.join(", "))
+            };
+            format!("rank {} (of {}) was waiting for {list}", cw.rank, cw.links.nranks())
+        })
+        .collect();
+    Error::Timeout(format!(
+        "no progress for {:.1} s (FERROCCL_TIMEOUT): {}; the communicator is unusable, destroy or abort it",
+        idle.as_secs_f64(),
+        parts.join("; ")
+    ))
+}
+
+/// The peers one communicator's unfinished work waits on: posted requests, the fronts of
+/// the per-peer queues whose dependencies are met, and the node operation's laggards.
+fn waited_peers(cw: &CommWork<'_>, st: &CommState) -> Vec<usize> {
+    let mut peers: Vec<usize> = st.posted_sends.iter().map(|&(p, _, _)| p).collect();
+    peers.extend(st.posted_recvs.iter().map(|p| p.peer));
+    for queues in [&st.send_queues, &st.recv_queues] {
+        for (peer, q) in queues.iter().enumerate() {
+            if let Some(&(w, s)) = q.front() {
+                if deps_done(&cw.works[w], &st.work_state[w], s) {
+                    peers.push(peer);
+                }
+            }
+        }
+    }
+    if let (Some(&w), Some(area)) = (st.node_works.front(), cw.links.node()) {
+        if let Some(op) = &cw.works[w].node {
+            peers.extend(op.waiting_for(area));
+        }
+    }
+    peers.retain(|&p| p != cw.rank);
+    peers.sort_unstable();
+    peers.dedup();
+    peers
 }
 
 impl CommState {

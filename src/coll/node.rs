@@ -138,6 +138,26 @@ impl NodeOp {
         self.phase == Phase::Done
     }
 
+    /// The ranks this operation waits for now (for timeout messages; empty when it is not
+    /// waiting on anyone).
+    pub fn waiting_for(&self, area: &NodeArea) -> Vec<usize> {
+        let tiny = self.algo == NodeAlgo::OneShot && self.bytes <= TINY_BYTES;
+        match self.phase {
+            Phase::Start | Phase::Done => Vec::new(),
+            Phase::WaitSlot => area.behind(Counter::Left, self.seq.saturating_sub(2)),
+            Phase::WaitArrived if tiny && !matches!(self.coll, NodeColl::Broadcast { .. }) => {
+                area.behind_tiny(self.seq)
+            }
+            Phase::WaitArrived => match (self.coll, self.algo) {
+                (NodeColl::Broadcast { root }, _) => {
+                    area.behind(Counter::Arrived, self.seq).into_iter().filter(|&r| r == root).collect()
+                }
+                _ => area.behind(Counter::Arrived, self.seq),
+            },
+            Phase::WaitLeft => area.behind(Counter::Left, self.seq),
+        }
+    }
+
     /// Advances as far as possible without waiting; `true` when something moved.
     pub fn progress(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>) -> Result<bool> {
         let before = self.phase;
@@ -492,6 +512,67 @@ mod tests {
                 next = hi;
             }
             assert_eq!(next, bytes);
+        }
+    }
+
+    /// A one-shot all-reduce that rank 2 never joins: the waiting ranks name only rank 2,
+    /// and their view of the area's progress moves exactly when a peer advances.
+    #[test]
+    fn waiting_ranks_and_progress_marks_of_a_stalled_operation() {
+        use crate::transport::node_area::areas_for_threads;
+        use crate::types::{BuiltinOp, DataType};
+        let mut areas = areas_for_threads(3);
+        let red = Reduction::builtin(DataType::Int64, BuiltinOp::Sum, 3);
+        for tiny in [true, false] {
+            let count = if tiny { 2 } else { 64 };
+            let send: Vec<i64> = vec![1; count];
+            let mut recv0: Vec<i64> = vec![0; count];
+            let mut recv1: Vec<i64> = vec![0; count];
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            let mut op0 = NodeOp::new(
+                NodeColl::AllReduce(red),
+                NodeAlgo::OneShot,
+                send.as_ptr().cast(),
+                recv0.as_mut_ptr().cast(),
+                count * 8,
+            );
+            let mut op1 = NodeOp::new(
+                NodeColl::AllReduce(red),
+                NodeAlgo::OneShot,
+                send.as_ptr().cast(),
+                recv1.as_mut_ptr().cast(),
+                count * 8,
+            );
+            let before = areas[0].progress_mark();
+            op0.progress(&mut areas[0], &mut a).unwrap();
+            let after_own = areas[0].progress_mark();
+            assert_ne!(after_own, before, "tiny {tiny}: posting moves the mark");
+            assert_eq!(op0.waiting_for(&areas[0]), vec![1, 2], "tiny {tiny}");
+            op1.progress(&mut areas[1], &mut b).unwrap();
+            assert_ne!(areas[0].progress_mark(), after_own, "tiny {tiny}: rank 1's post is progress for rank 0");
+            assert_eq!(op0.waiting_for(&areas[0]), vec![2], "tiny {tiny}");
+            let still = areas[0].progress_mark();
+            for _ in 0..100 {
+                assert!(!op0.progress(&mut areas[0], &mut a).unwrap());
+            }
+            assert_eq!(areas[0].progress_mark(), still, "tiny {tiny}: nothing moved, the mark must not");
+            // Let rank 2 catch up so the next round starts level.
+            let mut recv2: Vec<i64> = vec![0; count];
+            let mut op2 = NodeOp::new(
+                NodeColl::AllReduce(red),
+                NodeAlgo::OneShot,
+                send.as_ptr().cast(),
+                recv2.as_mut_ptr().cast(),
+                count * 8,
+            );
+            let mut c = Vec::new();
+            while !(op0.is_done() && op1.is_done() && op2.is_done()) {
+                op2.progress(&mut areas[2], &mut c).unwrap();
+                op0.progress(&mut areas[0], &mut a).unwrap();
+                op1.progress(&mut areas[1], &mut b).unwrap();
+            }
+            assert!(op0.waiting_for(&areas[0]).is_empty());
+            assert!(recv0.iter().chain(&recv1).chain(&recv2).all(|&v| v == 3), "tiny {tiny}");
         }
     }
 

@@ -8,6 +8,7 @@ use super::node_area::NodeArea;
 use super::shm::ShmNet;
 use super::{ConnectorId, Net, NetHandle, NetListener, NetRecv, NetSend, WaitHint};
 use crate::error::{Error, Result};
+use crate::interrupt::Interrupt;
 
 /// What links need to know about each peer.
 #[derive(Clone, Debug)]
@@ -41,6 +42,8 @@ pub struct Links {
     local_ranks: usize,
     /// The shared control area, when every rank is on this host.
     node: Option<NodeArea>,
+    /// The communicator's abort flag (the communicator triggers it without this lock).
+    interrupt: Interrupt,
 }
 
 /// Whether shared memory may be used at all (NCCL_SHM_DISABLE, the strict encryption policy).
@@ -57,10 +60,11 @@ impl Links {
         nranks: usize,
         magic: u64,
         host_hash: u64,
+        interrupt: Interrupt,
     ) -> Result<(Links, NetHandle)> {
         let (handle, listener) = net.listen(magic)?;
         let shm = if shm_allowed() {
-            let shm_net = ShmNet::new();
+            let shm_net = ShmNet::with_interrupt(interrupt.clone());
             match shm_net.listen_rank(magic, rank) {
                 Ok((_, l)) => Some((shm_net, l)),
                 Err(e) => {
@@ -84,6 +88,7 @@ impl Links {
             routes: vec![Route::Net; nranks],
             local_ranks: 1,
             node: None,
+            interrupt,
         };
         Ok((links, handle))
     }
@@ -119,8 +124,26 @@ impl Links {
         self.node.as_mut()
     }
 
+    pub fn node(&self) -> Option<&NodeArea> {
+        self.node.as_ref()
+    }
+
     pub fn nranks(&self) -> usize {
         self.send.len()
+    }
+
+    /// The communicator's abort flag, for waits on these connections.
+    pub fn interrupt(&self) -> &Interrupt {
+        &self.interrupt
+    }
+
+    /// A number that changes whenever data moves on any connection or a peer advances a
+    /// node-area counter: the executor's watchdog compares it across an idle stretch.
+    pub fn progress_mark(&self) -> u64 {
+        let conns = self.send.iter().flatten().map(|c| c.progress_mark());
+        let conns = conns.chain(self.recv.iter().flatten().map(|c| c.progress_mark()));
+        let node = self.node.as_ref().map_or(0, NodeArea::progress_mark);
+        conns.fold(node, u64::wrapping_add)
     }
 
     /// Ranks of this communicator on this host (itself included), whatever carries their
@@ -137,9 +160,12 @@ impl Links {
         self.net.name()
     }
 
-    /// The send connection to `peer`, connecting on first use.
+    /// The send connection to `peer`, connecting on first use (network connects retry for
+    /// at most NCCL_SOCKET_RETRY_CNT x NCCL_SOCKET_RETRY_SLEEP_MSEC; shared-memory ones stop
+    /// at the interrupt).
     pub fn send_conn(&mut self, peer: usize) -> Result<&mut dyn NetSend> {
         if self.send[peer].is_none() {
+            self.interrupt.check(&format!("connecting to rank {peer}"))?;
             let me = ConnectorId { comm_magic: self.magic, rank: self.rank as u32, channel: 0 };
             let conn = match (self.routes[peer], &self.shm) {
                 (Route::Shm, Some((shm, _))) => {

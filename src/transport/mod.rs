@@ -99,6 +99,11 @@ pub trait NetSend: Send {
     /// `Some(bytes)` once the request is complete (its region may be reused).
     fn test(&mut self, req: RequestId) -> Result<Option<usize>>;
     fn wait_hint(&self) -> Option<WaitHint>;
+    /// A number that grows as data leaves (bytes, slots or pieces; only changes matter): tells
+    /// the no-progress watchdog that a long request is still moving.
+    fn progress_mark(&self) -> u64 {
+        0
+    }
     /// "NET/Socket/0" and the like, for the Channel log lines.
     fn via(&self) -> String;
 }
@@ -164,4 +169,8 @@ pub trait NetRecv: Send {
     }
     fn test(&mut self, req: RequestId) -> Result<Option<usize>>;
     fn wait_hint(&self) -> Option<WaitHint>;
+    /// As [`NetSend::progress_mark`], for arriving data.
+    fn progress_mark(&self) -> u64 {
+        0
+    }
 }

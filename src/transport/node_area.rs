@@ -299,6 +299,31 @@ impl NodeArea {
         Ok(true)
     }
 
+    /// The ranks that have not reached `c` in operation `seq` yet (for timeout messages).
+    pub fn behind(&self, c: Counter, seq: u64) -> Vec<usize> {
+        (0..self.nranks).filter(|&r| self.counter(r, c).load(Ordering::Acquire) < seq).collect()
+    }
+
+    /// The ranks whose tiny slot does not hold their input for operation `seq` yet.
+    pub fn behind_tiny(&self, seq: u64) -> Vec<usize> {
+        (0..self.nranks).filter(|&r| self.tiny_seq(r, seq).load(Ordering::Acquire) < seq).collect()
+    }
+
+    /// A number that changes whenever any rank advances a counter or posts a tiny slot: the
+    /// no-progress watchdog's view of the area (read only while idle).
+    pub fn progress_mark(&self) -> u64 {
+        let mut sum = 0u64;
+        for r in 0..self.nranks {
+            for c in [Counter::Arrived, Counter::Left] {
+                sum = sum.wrapping_add(self.counter(r, c).load(Ordering::Relaxed));
+            }
+            for parity in 0..2 {
+                sum = sum.wrapping_add(self.tiny_seq(r, parity).load(Ordering::Relaxed));
+            }
+        }
+        sum
+    }
+
     fn note_idle(&mut self) -> Result<()> {
         self.idle = self.idle.wrapping_add(1);
         if self.idle % LIVENESS_EVERY == 0 {

@@ -226,11 +226,18 @@ fn socket_name(magic: u64, rank: usize, pid: u32) -> String {
 /// Shared memory provider for peers on this host.
 pub struct ShmNet {
     pid: u32,
+    /// The owning communicator's abort flag: ends the connect retries early.
+    interrupt: Option<crate::interrupt::Interrupt>,
 }
 
 impl ShmNet {
     pub fn new() -> ShmNet {
-        ShmNet { pid: std::process::id() }
+        ShmNet { pid: std::process::id(), interrupt: None }
+    }
+
+    /// A provider whose connect retries give up once `interrupt` is set.
+    pub fn with_interrupt(interrupt: crate::interrupt::Interrupt) -> ShmNet {
+        ShmNet { pid: std::process::id(), interrupt: Some(interrupt) }
     }
 }
 
@@ -264,6 +271,9 @@ impl Net for ShmNet {
             match UnixStream::connect_addr(&addr) {
                 Ok(s) => break s,
                 Err(e) if Instant::now() < deadline && e.kind() == io::ErrorKind::ConnectionRefused => {
+                    if let Some(i) = &self.interrupt {
+                        i.check(&format!("connect to shared-memory peer @{name}"))?;
+                    }
                     std::thread::sleep(Duration::from_millis(5));
                 }
                 Err(e) => return Err(Error::system(format!("connect to shared-memory peer @{name}"), e)),
@@ -585,6 +595,11 @@ impl NetSend for ShmSend {
         Ok(take_done(&mut self.done, req.0))
     }
 
+    /// Slots the receiver freed and direct messages it read: move only while the peer does.
+    fn progress_mark(&self) -> u64 {
+        self.seg.tail().load(Ordering::Relaxed).wrapping_add(self.seg.word(OFF_DIRECT_DONE).load(Ordering::Relaxed))
+    }
+
     fn wait_hint(&self) -> Option<WaitHint> {
         None
     }
@@ -707,6 +722,11 @@ impl NetRecv for ShmRecv {
         Ok(take_done(&mut self.done, req.0))
     }
 
+    /// Slots consumed: moves only while the sender publishes.
+    fn progress_mark(&self) -> u64 {
+        self.seg.tail().load(Ordering::Relaxed)
+    }
+
     fn wait_hint(&self) -> Option<WaitHint> {
         None
     }
@@ -754,6 +774,38 @@ mod tests {
             assert_eq!((sent, received), (Some(len), Some(len)));
             assert_eq!(out, data, "message {round} of {len} bytes");
         }
+    }
+
+    /// The watchdog's marks: still while the peer does nothing (the sender's FIFO full), moving
+    /// as soon as the receiver consumes.
+    #[test]
+    fn progress_marks_move_only_with_the_peer() {
+        let (mut send, mut recv) = pair(0x5eed_0003);
+        let len = 1024;
+        let data = vec![5u8; len];
+        let mut out = vec![0u8; len * 2 * SLOTS];
+        let (send0, recv0) = (send.progress_mark(), recv.progress_mark());
+        let sends: Vec<RequestId> = (0..2 * SLOTS)
+            .map(|_| {
+                // SAFETY: data outlives the requests (the test ends with them).
+                send.isend(unsafe { MemRegion::new(data.as_ptr() as *mut u8, len) }).unwrap().unwrap()
+            })
+            .collect();
+        for r in &sends {
+            let _ = send.test(*r).unwrap();
+        }
+        assert_eq!(send.progress_mark(), send0, "nothing consumed yet: the sender's mark must not move");
+        assert_eq!(recv.progress_mark(), recv0);
+        for (i, chunk) in out.chunks_mut(len).enumerate() {
+            // SAFETY: out outlives the requests (waited for below).
+            let r = recv.irecv(unsafe { MemRegion::new(chunk.as_mut_ptr(), len) }).unwrap().unwrap();
+            while recv.test(r).unwrap().is_none() {
+                let _ = send.test(sends[i]).unwrap();
+            }
+        }
+        assert!(recv.progress_mark() >= recv0 + 2 * SLOTS as u64, "the receiver consumed every slot");
+        assert_ne!(send.progress_mark(), send0, "the sender saw its slots freed");
+        assert!(out.iter().all(|&b| b == 5));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::interrupt::Interrupt;
 use crate::tls;
 
 /// What a connection is for; sent in the hello so an acceptor can route it.
@@ -255,6 +256,21 @@ impl Stream {
         frame.extend_from_slice(&len.to_le_bytes());
         frame.extend_from_slice(data);
         self.write_all_or(&frame, what)
+    }
+
+    /// Sleeps until input is waiting (or buffered after decryption), in slices between which
+    /// it checks `interrupt` and `deadline`: a blocking read after this does not hang a call
+    /// that its communicator's abort should end.
+    pub fn await_input(&self, interrupt: Option<&Interrupt>, deadline: Instant, what: &str) -> Result<()> {
+        loop {
+            if self.pending() {
+                return Ok(());
+            }
+            let slice = crate::interrupt::check_wait(interrupt, deadline, what)?;
+            if wait_readable(self.tcp(), slice) {
+                return Ok(());
+            }
+        }
     }
 
     /// Receives one length-prefixed message of at most `max` bytes (more is garbage).
@@ -513,6 +529,11 @@ pub fn connect_tcp(addr: SocketAddr, deadline: Instant) -> Result<TcpStream> {
 /// at `deadline`. A peer that fails the handshake (plaintext, garbage, another key) is
 /// logged and dropped, and accepting goes on.
 pub fn accept(listener: &TcpListener, deadline: Instant) -> Result<Stream> {
+    accept_or_interrupt(listener, deadline, None)
+}
+
+/// [`accept`], giving up as well once `interrupt` is set.
+pub fn accept_or_interrupt(listener: &TcpListener, deadline: Instant, interrupt: Option<&Interrupt>) -> Result<Stream> {
     listener.set_nonblocking(true).map_err(|e| Error::system("O_NONBLOCK", e))?;
     loop {
         match listener.accept() {
@@ -532,6 +553,9 @@ pub fn accept(listener: &TcpListener, deadline: Instant) -> Result<Stream> {
                 if Instant::now() >= deadline {
                     return Err(Error::Timeout("accept: no peer connected before the bootstrap timeout".into()));
                 }
+                if let Some(i) = interrupt {
+                    i.check("accept")?;
+                }
                 wait_readable(listener, Duration::from_millis(50));
             }
             Err(e) => return Err(Error::system("accept", e)),
@@ -539,11 +563,11 @@ pub fn accept(listener: &TcpListener, deadline: Instant) -> Result<Stream> {
     }
 }
 
-/// Blocks until `fd` is readable or `timeout` passes.
-pub fn wait_readable(fd: &impl std::os::fd::AsRawFd, timeout: Duration) {
+/// Blocks until `fd` is readable (or hung up) or `timeout` passes; true when it is.
+pub fn wait_readable(fd: &impl std::os::fd::AsRawFd, timeout: Duration) -> bool {
     let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
     // SAFETY: one valid pollfd on the stack; poll only writes revents.
-    unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
+    unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) > 0 }
 }
 
 /// Encodes a socket address in 28 bytes (family, port, address, scope), for ids and tables.

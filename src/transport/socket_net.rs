@@ -108,6 +108,7 @@ impl Net for SocketNet {
             queue: VecDeque::new(),
             next_id: 0,
             done: HashMap::new(),
+            moved: 0,
         };
         // Plaintext is ready at once; TLS sends its ClientHello now.
         send.advance_handshake()?;
@@ -239,7 +240,13 @@ impl Acceptor {
             let recv: Box<dyn NetRecv> = if helper_sockets().is_some() {
                 Box::new(ThreadedRecv::spawn(vec![a.stream], self.cpus.clone())?)
             } else {
-                Box::new(SocketRecv { stream: a.stream, queue: VecDeque::new(), next_id: 0, done: HashMap::new() })
+                Box::new(SocketRecv {
+                    stream: a.stream,
+                    queue: VecDeque::new(),
+                    next_id: 0,
+                    done: HashMap::new(),
+                    moved: 0,
+                })
             };
             return Ok(Some((a.id, recv)));
         }
@@ -442,6 +449,8 @@ struct SocketSend {
     queue: VecDeque<SendReq>,
     next_id: u64,
     done: HashMap<u64, usize>,
+    /// Bytes written so far (the watchdog's progress mark).
+    moved: u64,
 }
 
 impl SocketSend {
@@ -500,7 +509,10 @@ impl SocketSend {
                 };
                 match r {
                     Ok(0) => return Err(Error::remote(format!("send to {peer}: connection closed"))),
-                    Ok(n) => req.sent += n,
+                    Ok(n) => {
+                        req.sent += n;
+                        self.moved += n as u64;
+                    }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => return Err(socket::io_error(e, "send", peer)),
@@ -569,6 +581,10 @@ impl NetSend for SocketSend {
         Ok(self.done.remove(&req.0))
     }
 
+    fn progress_mark(&self) -> u64 {
+        self.moved
+    }
+
     fn wait_hint(&self) -> Option<WaitHint> {
         if self.queue.is_empty() {
             return None;
@@ -597,6 +613,8 @@ struct SocketRecv {
     queue: VecDeque<RecvReq>,
     next_id: u64,
     done: HashMap<u64, usize>,
+    /// Bytes read so far (the watchdog's progress mark).
+    moved: u64,
 }
 
 impl SocketRecv {
@@ -628,6 +646,7 @@ impl SocketRecv {
                     Ok(n) => {
                         let before = req.got;
                         req.got += n;
+                        self.moved += n as u64;
                         if before < FRAME_BYTES && req.got >= FRAME_BYTES {
                             check_frame(&req.header, req.region.len(), self.stream.peer())?;
                         }
@@ -676,6 +695,10 @@ impl NetRecv for SocketRecv {
         }
         self.progress()?;
         Ok(self.done.remove(&req.0))
+    }
+
+    fn progress_mark(&self) -> u64 {
+        self.moved
     }
 
     fn wait_hint(&self) -> Option<WaitHint> {
@@ -795,6 +818,11 @@ impl Shared {
     }
 
     /// Requests complete on every socket.
+    /// Parts completed by all helpers together: moves while a striped request is under way.
+    fn parts_completed(&self) -> u64 {
+        self.completed.iter().fold(0u64, |m, c| m.wrapping_add(c.load(std::sync::atomic::Ordering::Relaxed)))
+    }
+
     fn completed(&self) -> u64 {
         self.completed.iter().map(|c| c.load(std::sync::atomic::Ordering::Acquire)).min().unwrap_or(0)
     }
@@ -1014,6 +1042,10 @@ impl NetSend for ThreadedSend {
         self.conn.post(data)
     }
 
+    fn progress_mark(&self) -> u64 {
+        self.conn.shared.parts_completed()
+    }
+
     fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
         self.conn.test(req)
     }
@@ -1070,6 +1102,10 @@ impl NetRecv for ThreadedRecv {
         self.conn.post(data)
     }
 
+    fn progress_mark(&self) -> u64 {
+        self.conn.shared.parts_completed()
+    }
+
     fn test(&mut self, req: RequestId) -> Result<Option<usize>> {
         self.conn.test(req)
     }
@@ -1101,6 +1137,56 @@ mod tests {
                 assert!(parts.iter().filter(|p| p.1 > 0).count() <= (len / MIN_PART).max(1));
             }
         }
+    }
+
+    /// The watchdog's marks count bytes that really moved: the sender's stops short of the
+    /// message while nobody reads (the kernel's buffers are full), and both reach the whole
+    /// frame once the receiver drains it.
+    #[test]
+    fn progress_marks_count_moved_bytes() {
+        if helper_sockets().is_some() {
+            return; // striped connections count parts, not bytes (NCCL_NSOCKS_PERTHREAD set)
+        }
+        let net = SocketNet::new(super::super::netif::pick().unwrap(), None);
+        let magic = 0x5eed_0000_0000_7777u64;
+        let (handle, mut listener) = net.listen(magic).unwrap();
+        let mut send = net.connect(&handle, ConnectorId { comm_magic: magic, rank: 0, channel: 0 }).unwrap();
+        let len = 64 << 20;
+        let data = vec![3u8; len];
+        // SAFETY: `data` outlives the request, unmodified.
+        let sreq = send.isend(unsafe { MemRegion::new(data.as_ptr() as *mut u8, len) }).unwrap().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let (_, mut recv) = loop {
+            if let Some(x) = listener.accept().unwrap() {
+                break x;
+            }
+            assert!(send.test(sreq).unwrap().is_none(), "64 MiB cannot fit in socket buffers");
+            assert!(Instant::now() < deadline, "never accepted");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        // Push until the kernel takes no more; then the mark must stay put.
+        let mut last = u64::MAX;
+        while send.progress_mark() != last {
+            last = send.progress_mark();
+            for _ in 0..100 {
+                assert!(send.test(sreq).unwrap().is_none());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(last > 0 && last < len as u64, "stalled at {last} of {len} bytes");
+        assert_eq!(recv.progress_mark(), 0, "nothing read yet");
+        let mut got = vec![0u8; len];
+        // SAFETY: `got` outlives the request and nobody else touches it.
+        let rreq = recv.irecv(unsafe { MemRegion::new(got.as_mut_ptr(), len) }).unwrap().unwrap();
+        let (mut sent, mut received) = (false, false);
+        while !(sent && received) {
+            sent |= send.test(sreq).unwrap().is_some();
+            received |= recv.test(rreq).unwrap().is_some();
+            assert!(Instant::now() < deadline, "transfer stalled");
+        }
+        assert_eq!(recv.progress_mark(), (len + FRAME_BYTES) as u64);
+        assert!(send.progress_mark() >= len as u64);
+        assert!(got.iter().all(|&b| b == 3));
     }
 
     #[test]

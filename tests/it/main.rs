@@ -6,6 +6,7 @@ mod common;
 mod cuda;
 mod cuda_kernels;
 mod errors;
+mod interrupts;
 mod lifecycle;
 mod processes;
 mod tls;

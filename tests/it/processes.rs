@@ -1,6 +1,7 @@
 //! Ranks as separate processes of this test binary (re-executed with a role in the
-//! environment): transport choice by host identity, and a rank killed with SIGKILL in the
-//! middle of an operation, which must fail the survivor cleanly and leave nothing behind.
+//! environment): transport choice by host identity, a rank killed with SIGKILL in the
+//! middle of an operation, which must fail the survivor cleanly and leave nothing behind, and
+//! a rank stopped with SIGSTOP, which `FERROCCL_TIMEOUT` must turn into `ncclTimeout`.
 
 use std::ffi::c_void;
 use std::process::{Child, Command, Stdio};
@@ -9,6 +10,7 @@ use std::time::{Duration, Instant};
 use ferroccl::ffi::coll::{ncclAllReduce, ncclBroadcast};
 use ferroccl::ffi::init::{ncclCommDestroy, ncclCommInitRank};
 use ferroccl::ffi::mem::{ncclMemAlloc, ncclMemFree};
+use ferroccl::ffi::query::{ncclCommGetAsyncError, ncclGetLastError};
 use ferroccl::types::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclUniqueId};
 
 use crate::common::{check, unique_id};
@@ -76,6 +78,10 @@ fn child_rank() {
         println!("CHILD 1 waiting to be killed");
         std::thread::sleep(Duration::from_secs(120));
     }
+    if scenario == "stopped" {
+        stopped_scenario(rank, comm, &send, &mut recv);
+        return;
+    }
     if scenario == "victim" {
         // Rank 1 never joins: this must fail (peer gone), not hang.
         let r = ncclAllReduce(
@@ -92,6 +98,42 @@ fn child_rank() {
     }
     check(ncclCommDestroy(comm), "destroy");
     println!("CHILD {rank} done");
+}
+
+/// Rank 1 announces itself and sleeps (the parent stops it with SIGSTOP and kills it later);
+/// rank 0 runs an all-reduce that cannot complete, which FERROCCL_TIMEOUT must end.
+fn stopped_scenario(rank: usize, comm: ncclComm_t, send: &[f32], recv: &mut [f32]) {
+    let s: *mut c_void = std::ptr::null_mut();
+    if rank == 1 {
+        println!("CHILD 1 ready to be stopped");
+        std::thread::sleep(Duration::from_secs(120));
+        return;
+    }
+    let all_reduce = |recv: &mut [f32]| {
+        ncclAllReduce(
+            send.as_ptr().cast(),
+            recv.as_mut_ptr().cast(),
+            send.len(),
+            ncclDataType_t(7),
+            ncclRedOp_t(0),
+            comm,
+            s,
+        )
+    };
+    let started = Instant::now();
+    let r = all_reduce(recv);
+    let took = started.elapsed();
+    // SAFETY: a thread-local NUL-terminated string, copied at once.
+    let msg = unsafe { std::ffi::CStr::from_ptr(ncclGetLastError(comm)) }.to_string_lossy().into_owned();
+    println!("CHILD 0 second allreduce returned {} after {:.3} s: {msg}", r.0, took.as_secs_f64());
+    let mut async_error = ncclResult_t::ncclSuccess;
+    check(ncclCommGetAsyncError(comm, &mut async_error), "ncclCommGetAsyncError");
+    println!("CHILD 0 async error {}", async_error.0);
+    let started = Instant::now();
+    let r = all_reduce(recv);
+    println!("CHILD 0 third allreduce returned {} after {:.3} s", r.0, started.elapsed().as_secs_f64());
+    check(ncclCommDestroy(comm), "destroy after a timeout");
+    println!("CHILD 0 destroyed");
 }
 
 /// Broadcasts (small ones over the pairwise shared-memory connections, large ones through the
@@ -208,6 +250,98 @@ fn kill_9_of_a_rank_fails_the_survivor_and_leaves_no_segment() {
     assert!(text.contains("second allreduce returned 6"), "survivor output:\n{text}");
     assert!(started.elapsed() < Duration::from_secs(30), "the survivor took {:?} to notice", started.elapsed());
     assert_eq!(shm_files(), before, "no ferroccl segment may remain in /dev/shm");
+}
+
+/// Reads `child`'s stdout until `line` shows up (at most a minute).
+fn await_line(child: &mut Child, line: &str) {
+    use std::io::Read;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while !seen.contains(line) {
+        let n = stdout.read(&mut buf).unwrap();
+        assert!(n > 0 && Instant::now() < deadline, "child never printed {line:?}: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    // Keep draining so the child never blocks on a full pipe.
+    std::thread::spawn(move || while stdout.read(&mut buf).is_ok_and(|n| n > 0) {});
+}
+
+/// The child's output once it exits, or an error (after killing it) past `limit`.
+fn output_within(child: Child, limit: Duration) -> Result<(bool, String), String> {
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let out = child.wait_with_output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let _ = tx.send((out.status.success(), text));
+    });
+    rx.recv_timeout(limit).map_err(|_| {
+        // SAFETY: kill(2) on our own child's pid, which has not been reaped (the waiting
+        // thread has not returned).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        format!("the survivor did not finish within {limit:?}")
+    })
+}
+
+/// A peer stopped with SIGSTOP after a first all-reduce: with FERROCCL_TIMEOUT=5 the
+/// survivor's next all-reduce must return ncclTimeout naming rank 1, after 5 s of no
+/// progress (not sooner) and well within 10 s; then the communicator reports the error and
+/// refuses work, and destroy succeeds. `transport` is a log line proving which path ran.
+fn stopped_peer_times_out(env: &[(&str, &str)], transport: &str) {
+    let id = unique_id();
+    let mut env = env.to_vec();
+    env.push(("FERROCCL_TIMEOUT", "5"));
+    let survivor = spawn(0, "stopped", &id, &env);
+    let mut victim = spawn(1, "stopped", &id, &env);
+    await_line(&mut victim, "ready to be stopped");
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(victim.id() as i32, libc::SIGSTOP) };
+    let outcome = output_within(survivor, Duration::from_secs(60));
+    // Nothing may outlive the test, whatever the outcome.
+    // SAFETY: kill(2) on our own (unreaped) child's pid.
+    unsafe {
+        libc::kill(victim.id() as i32, libc::SIGCONT);
+        libc::kill(victim.id() as i32, libc::SIGKILL);
+    }
+    let _ = victim.wait();
+    let (ok, text) = outcome.unwrap();
+    assert!(ok, "survivor failed:\n{text}");
+    assert!(text.contains(transport), "expected {transport:?} in the survivor's log:\n{text}");
+    let line = text.lines().find(|l| l.contains("second allreduce returned")).unwrap_or_else(|| panic!("{text}"));
+    println!("{transport}: {line}");
+    assert!(line.contains("returned 8 after"), "expected ncclTimeout (8): {line}");
+    assert!(line.contains("waiting for rank 1"), "the message must name the stopped rank: {line}");
+    let secs: f64 = line.split("after ").nth(1).and_then(|t| t.split(' ').next()).unwrap().parse().unwrap();
+    assert!((4.9..10.0).contains(&secs), "timed out after {secs} s, expected 5 s of no progress (< 10 s): {line}");
+    assert!(text.contains("CHILD 0 async error 8"), "ncclCommGetAsyncError must report ncclTimeout:\n{text}");
+    assert!(text.contains("third allreduce returned 5 "), "a timed-out communicator refuses work:\n{text}");
+    assert!(text.contains("CHILD 0 destroyed"), "{text}");
+}
+
+#[test]
+fn stopped_peer_times_out_through_the_node_area() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    stopped_peer_times_out(&[], "Node area: 2 ranks");
+}
+
+#[test]
+fn stopped_peer_times_out_over_shared_memory() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    stopped_peer_times_out(&[("FERROCCL_NODE_COLL", "0")], "via SHM/direct");
+}
+
+#[test]
+fn stopped_peer_times_out_over_sockets() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    stopped_peer_times_out(&[("NCCL_SHM_DISABLE", "1"), ("FERROCCL_NODE_COLL", "0")], "via NET/Socket/0");
 }
 
 #[test]
