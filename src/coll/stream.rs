@@ -469,6 +469,7 @@ const DESC_HEADER_BYTES: usize = 8;
 /// for all of them on `stream` and waits for them, and a second exchange tells the others that
 /// their outputs are written (or that rank 0 failed).
 fn run_on_gpu(comm: &Arc<Comm>, reqs: &[OpRequest], stream: Stream) -> Result<()> {
+    log_gpu_path_once(comm);
     let n = comm.nranks;
     let desc_len = DESC_HEADER_BYTES + reqs.len() * OP_DESC_BYTES;
     let mut mine = vec![0u8; desc_len];
@@ -501,6 +502,43 @@ fn run_on_gpu(comm: &Arc<Comm>, reqs: &[OpRequest], stream: Stream) -> Result<()
         return Err(Error::remote("rank 0 failed to run the device operation (see its log)"));
     }
     Ok(())
+}
+
+/// NCCL's channel lines for the IPC path, once per communicator, and a hint when processes
+/// share the GPU (their kernels then take turns unless MPS runs).
+fn log_gpu_path_once(comm: &Arc<Comm>) {
+    thread_local! {
+        static LOGGED: RefCell<Vec<std::sync::Weak<Comm>>> = const { RefCell::new(Vec::new()) };
+    }
+    let first = LOGGED.with(|l| {
+        let mut l = l.borrow_mut();
+        l.retain(|w| w.strong_count() > 0);
+        if l.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(comm))) {
+            return false;
+        }
+        l.push(Arc::downgrade(comm));
+        true
+    });
+    if !first {
+        return;
+    }
+    let (rank, n, dev) = (comm.rank, comm.nranks, comm.cuda_dev);
+    for peer in (1..n).map(|d| (rank + d) % n) {
+        log::info!(target: "P2P", "Channel 00/0 : {rank}[{dev}] -> {peer}[{dev}] via P2P/IPC");
+    }
+    let processes = {
+        let mut pids: Vec<u32> = comm.peers.iter().map(|p| p.pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids.len()
+    };
+    if processes > 1 && rank == 0 {
+        log::info!(
+            target: "INIT",
+            "{processes} processes share CUDA device {dev}: rank 0 runs each collective's kernels for all of them; \
+             with the MPS daemon (nvidia-cuda-mps-control -d) their own work would not take turns on the GPU"
+        );
+    }
 }
 
 /// A host all-gather of `mine` (the same length on every rank) over the communicator.

@@ -54,10 +54,8 @@ pub fn export(ptr: *const u8) -> Result<Export> {
     let mut base: sys::CUdeviceptr = 0;
     let mut size = 0usize;
     // SAFETY: ptr is device memory (classified by the caller); out-pointers are live locals.
-    check(
-        unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr as sys::CUdeviceptr) },
-        "cuMemGetAddressRange",
-    )?;
+    let res = unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr as sys::CUdeviceptr) };
+    check(res, "cuMemGetAddressRange")?;
     let mut handle = sys::CUipcMemHandle { reserved: [0; 64] };
     // SAFETY: base is the start of a live device allocation; out-pointer is a live local.
     check(unsafe { sys::cuIpcGetMemHandle(&mut handle, base) }, "cuIpcGetMemHandle")?;
