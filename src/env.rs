@@ -118,7 +118,7 @@ pub static PARAMS: &[Param] = &[
     param("NCCL_SOCKET_RETRY_SLEEP_MSEC", Int, "100", "Sleep between socket connect retries, in milliseconds"),
     // Transports.
     param("NCCL_SHM_DISABLE", Bool, "0", "1 disables the shared-memory transport between processes on one host"),
-    param("NCCL_P2P_DISABLE", Bool, "0", "1 disables direct GPU peer-to-peer transfers"),
+    param("NCCL_P2P_DISABLE", Bool, "0", "1 disables direct GPU transfers: device collectives of ranks sharing a GPU then go through pinned host staging"),
     param("NCCL_IB_DISABLE", Bool, "0", "1 disables InfiniBand/RoCE; the network transport uses sockets"),
     param("NCCL_BUFFSIZE", Bytes, "4194304", "Size of each per-peer staging buffer"),
     // Algorithms and communicators.
