@@ -3,7 +3,10 @@
 # installed ferroccl prefix and runs them on the GPU machine. Prints a table of #wrong and
 # timings last; full logs go to $OUT (the device tool's output folder) or ./nccl-tests-out.
 #   bench/gpu/nccl_tests.sh PREFIX NCCL_TESTS_SRC MODE
-#   MODE: smoke | matrix | perf        (see the case below)
+#   MODE: smoke | matrix | perf | compare        (see the case below)
+#   compare: nccl-tests built against the NCCL installed on the machine too (NCCL_REF_HOME, or
+#   found with ldconfig), 1 rank side by side, ferroccl at 2 and 4 ranks sharing the GPU, and
+#   the device-to-device copy bandwidth (bench/gpu/copy_bw.cu) measured in the same run.
 set -u
 PREFIX=$(cd "$1" && pwd) SRC=$(cd "$2" && pwd) MODE=${3:-smoke}
 OUT=${OUT:-$PWD/nccl-tests-out}
@@ -63,6 +66,29 @@ case "$MODE" in
   perf)
     for np in ${NPS:-1 2 4}; do
       run "perf-ar-np$np" "$np" 240 "$B/all_reduce_perf" -b 8 -e 1G -f 8 -c 1 -n 20 -w 5
+    done
+    ;;
+  compare)
+    here=$(cd "$(dirname "$0")" && pwd)
+    nvcc -O2 $GENCODE "$here/copy_bw.cu" -o "$OUT/copy_bw" && "$OUT/copy_bw" 1024 | tee "$OUT/copy_bw.log"
+    ref=${NCCL_REF_HOME:-}
+    if [ -z "$ref" ]; then
+      lib=$(ldconfig -p | awk '/libnccl.so.2 /{print $NF; exit}')
+      [ -n "$lib" ] && ref=$(dirname "$(dirname "$lib")")
+      [ -f "$ref/include/nccl.h" ] || ref=/usr
+    fi
+    echo "reference NCCL: $ref ($(ldconfig -p | grep -m1 libnccl.so.2))"
+    if build nccl "$ref"; then
+      R=$OUT/build-nccl
+      for t in ${TESTS:-all_reduce}; do
+        LD_LIBRARY_PATH=${LD_LIBRARY_PATH#$PREFIX/lib:} run "nccl-$t-np1" 1 240 "$R/${t}_perf" -b 8 -e 1G -f 4 -c 1 -n 20 -w 5
+        run "ferroccl-$t-np1" 1 240 "$B/${t}_perf" -b 8 -e 1G -f 4 -c 1 -n 20 -w 5
+      done
+    fi
+    for np in ${NPS:-2 4}; do
+      for t in ${TESTS:-all_reduce}; do
+        run "ferroccl-$t-np$np" "$np" 300 "$B/${t}_perf" -b 8 -e 1G -f 4 -c 1 -n 10 -w 3
+      done
     done
     ;;
 esac

@@ -474,9 +474,41 @@ fn run_on_gpu(comm: &Arc<Comm>, reqs: &[OpRequest], stream: Stream) -> Result<()
     let desc_len = DESC_HEADER_BYTES + reqs.len() * OP_DESC_BYTES;
     let mut mine = vec![0u8; desc_len];
     mine[..4].copy_from_slice(&std::process::id().to_le_bytes());
+    // A rank that cannot describe its buffers still takes part in both exchanges (saying so
+    // in byte 4), so that every rank fails alike instead of leaving the others waiting.
+    let described = describe_buffers(comm, reqs, &mut mine);
+    if let Err(e) = &described {
+        log::warn!(target: "COLL", "device operation: {e}");
+        mine[4] = 1;
+    }
+    let all = host_all_gather(comm, &mine)?;
+    let everyone_described = (0..n).all(|r| all[r * desc_len + 4] == 0);
+    let status = if comm.rank == 0 && everyone_described {
+        let launched = launch_for_all(comm, reqs, &all, desc_len, stream).and_then(|()| stream.synchronize());
+        if let Err(e) = &launched {
+            log::warn!(target: "COLL", "device operation on rank 0: {e}");
+        }
+        u8::from(launched.is_err())
+    } else {
+        0
+    };
+    if !everyone_described {
+        host_all_gather(comm, &[status])?;
+        described?;
+        return Err(Error::remote("a rank could not export its device buffers through CUDA IPC (see its log)"));
+    }
+    let statuses = host_all_gather(comm, &[status])?;
+    if statuses[0] != 0 {
+        return Err(Error::remote("rank 0 failed to run the device operation (see its log)"));
+    }
+    Ok(())
+}
+
+/// Fills this rank's part of the exchange: IPC exports of its buffers and its scalars.
+fn describe_buffers(comm: &Comm, reqs: &[OpRequest], mine: &mut [u8]) -> Result<()> {
     for (i, req) in reqs.iter().enumerate() {
         let d = &mut mine[DESC_HEADER_BYTES + i * OP_DESC_BYTES..][..OP_DESC_BYTES];
-        let (send_len, recv_len) = buffer_lengths(req, comm.rank, n)?;
+        let (send_len, recv_len) = buffer_lengths(req, comm.rank, comm.nranks)?;
         if send_len > 0 {
             ipc::export(req.send)?.encode(&mut d[..ipc::EXPORT_BYTES]);
         }
@@ -486,20 +518,6 @@ fn run_on_gpu(comm: &Arc<Comm>, reqs: &[OpRequest], stream: Stream) -> Result<()
         if let Some(Pre::Mul(bits)) = req.reduction.map(|r| r.pre) {
             d[2 * ipc::EXPORT_BYTES..].copy_from_slice(&bits);
         }
-    }
-    let all = host_all_gather(comm, &mine)?;
-    let status = if comm.rank == 0 {
-        let launched = launch_for_all(comm, reqs, &all, desc_len, stream).and_then(|()| stream.synchronize());
-        if let Err(e) = &launched {
-            log::warn!(target: "COLL", "device operation on rank 0: {e}");
-        }
-        u8::from(launched.is_err())
-    } else {
-        0
-    };
-    let statuses = host_all_gather(comm, &[status])?;
-    if statuses[0] != 0 {
-        return Err(Error::remote("rank 0 failed to run the device operation (see its log)"));
     }
     Ok(())
 }
