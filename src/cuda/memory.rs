@@ -132,10 +132,8 @@ impl Pinned {
     pub fn device_ptr(&self) -> Result<sys::CUdeviceptr> {
         let mut d: sys::CUdeviceptr = 0;
         // SAFETY: ptr came from cuMemHostAlloc with DEVICEMAP; out-pointer is a live local.
-        check(
-            unsafe { sys::cuMemHostGetDevicePointer_v2(&mut d, self.ptr as *mut std::ffi::c_void, 0) },
-            "cuMemHostGetDevicePointer",
-        )?;
+        let res = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut d, self.ptr as *mut std::ffi::c_void, 0) };
+        check(res, "cuMemHostGetDevicePointer")?;
         Ok(d)
     }
 }
@@ -156,7 +154,7 @@ mod tests {
 
     #[test]
     fn host_pointers_are_host_memory() {
-        let v = vec![1u8; 64];
+        let v: Vec<u8> = (0..64).collect(); // heap memory
         assert_eq!(classify(v.as_ptr()), MemKind::Host);
         assert_eq!(classify(std::ptr::null()), MemKind::Host);
         let x = 5u64;
