@@ -126,10 +126,10 @@ pub fn from_reduction(r: &Reduction) -> (ReduceKind, PreScalar, Option<u64>) {
     (r.kind, pre, post)
 }
 
-/// The kernels' parameter block: `struct FoldParams` in kernels.cu.
+/// The kernels' parameter block: `struct FoldParams` in kernels.cu (passed by value).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-struct FoldParams {
+pub struct FoldParams {
     out: u64,
     inputs: [u64; MAX_INPUTS],
     pre_bits: [u64; MAX_INPUTS],
@@ -142,8 +142,9 @@ struct FoldParams {
 
 const _: () = assert!(size_of::<FoldParams>() == 416);
 
-/// Checks a fold and lays out its parameters.
-fn params(f: &Fold<'_>) -> Result<FoldParams> {
+/// Checks a fold and lays out the kernel's parameters (what [`fold`] launches with; public so
+/// that tests can run kernels.cu's code on the host).
+pub fn fold_params(f: &Fold<'_>) -> Result<FoldParams> {
     let n = f.inputs.len();
     if n == 0 || n > MAX_INPUTS {
         return Err(Error::internal(format!("fold kernel: {n} inputs (1 to {MAX_INPUTS} allowed)")));
@@ -554,7 +555,7 @@ pub fn forget_current_context() {
 /// `out`, every input and every device scalar must be device-accessible memory of `count`
 /// elements (one element for a scalar) that stays valid until the kernel has run.
 pub unsafe fn fold(stream: Stream, f: &Fold<'_>) -> Result<()> {
-    let mut p = params(f)?;
+    let mut p = fold_params(f)?;
     if f.count == 0 {
         return Ok(());
     }
@@ -651,7 +652,7 @@ mod tests {
             PreScalar::None,
             PreScalar::Device(0x40 as *const u8),
         ];
-        let p = params(&fold_of(&inputs, &pre, Some(3))).expect("valid fold");
+        let p = fold_params(&fold_of(&inputs, &pre, Some(3))).expect("valid fold");
         assert_eq!(p.n_in, 3);
         assert_eq!(p.pre_mask, 0b101);
         assert_eq!(p.pre_bits[0], 2.5f32.to_bits() as u64);
@@ -663,23 +664,23 @@ mod tests {
         // One misaligned input: one element per thread.
         assert_eq!(grid_blocks(&p, 4, 132), 1);
 
-        assert!(params(&fold_of(&[], &[], None)).is_err());
-        assert!(params(&fold_of(&[0x10 as *const u8; 17], &[], None)).is_err());
-        assert!(params(&fold_of(&inputs, &pre[..2], None)).is_err());
-        assert!(params(&fold_of(&inputs, &[], Some(0))).is_err());
-        assert!(params(&fold_of(
+        assert!(fold_params(&fold_of(&[], &[], None)).is_err());
+        assert!(fold_params(&fold_of(&[0x10 as *const u8; 17], &[], None)).is_err());
+        assert!(fold_params(&fold_of(&inputs, &pre[..2], None)).is_err());
+        assert!(fold_params(&fold_of(&inputs, &[], Some(0))).is_err());
+        assert!(fold_params(&fold_of(
             &inputs,
             &[PreScalar::None, PreScalar::None, PreScalar::Device(std::ptr::null())],
             None
         ))
         .is_err());
-        assert!(params(&fold_of(&[std::ptr::null()], &[], None)).is_err());
-        assert_eq!(params(&fold_of(&inputs[..1], &[], None)).expect("valid").pre_mask, 0);
+        assert!(fold_params(&fold_of(&[std::ptr::null()], &[], None)).is_err());
+        assert_eq!(fold_params(&fold_of(&inputs[..1], &[], None)).expect("valid").pre_mask, 0);
     }
 
     #[test]
     fn grid_covers_and_caps() {
-        let mut p = params(&fold_of(&[0x1000 as *const u8], &[], None)).expect("valid");
+        let mut p = fold_params(&fold_of(&[0x1000 as *const u8], &[], None)).expect("valid");
         p.count = 1 << 20;
         // Aligned f32: 4 per thread, 1M/4/256 = 1024 blocks, capped at 8 per SM.
         assert_eq!(grid_blocks(&p, 4, 1000), 1024);
