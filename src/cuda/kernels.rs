@@ -7,11 +7,15 @@
 //! the same result as `acc = prepare(in_0)`, then `acc = combine(incoming = acc, local = in_k)`
 //! for each further input, then `finalize(acc)`.
 //!
-//! Building: `--gpu-arch=sm_XY` (a CUBIN) when NVRTC knows the device's compute capability,
-//! else `compute_XY` PTX for the newest architecture NVRTC supports below it (the driver
-//! JIT-compiles it). Images are cached per compute capability, modules and functions per
-//! `CUcontext` (a context is never destroyed by ferroccl; one the application destroys and
-//! whose address the driver reuses would need [`forget_current_context`]).
+//! Building: `--gpu-architecture=sm_XY` (a CUBIN) when NVRTC knows the device's compute
+//! capability, else `compute_XY` PTX for the newest architecture NVRTC supports below it (the
+//! driver JIT-compiles it), with `--fmad=false --ftz=false --prec-div=true`. One NVRTC program
+//! per element type (`-DFERROCCL_TYPE_<t>`): [`prepare_current_device`] builds the twelve on
+//! several threads, [`fold`] builds only its own type on first use. Images are cached per
+//! (compute capability, type), modules and functions per `CUcontext` (a context is never
+//! destroyed by ferroccl; one the application destroys and whose address the driver reuses
+//! would need [`forget_current_context`]). NVRTC is opened only after
+//! `is_culib_present()` said yes; a build failure is `Error::Cuda` carrying NVRTC's log.
 //!
 //! Launch shape: 256-thread blocks, at most 8 blocks per SM, grid-stride loops. When `out` and
 //! every input are 16-byte aligned each thread moves 16 bytes per input per step; the rest
@@ -498,13 +502,18 @@ fn load(image: &Image, t: usize) -> Result<TypeKernels> {
     Ok(TypeKernels(functions))
 }
 
+/// The error when another thread called [`forget_current_context`] in the middle of a fold.
+fn forgotten() -> Error {
+    Error::invalid_usage("the current CUDA context's kernels were forgotten while in use")
+}
+
 /// Makes sure the kernels of `types` (indices into [`TYPE_NAMES`]) are loaded in the current
 /// context; returns the context's key.
 fn ensure(types: &[usize]) -> Result<usize> {
     let key = current_context_key()?;
     let (cc, missing) = {
         let cache = cache();
-        let ctx = &cache.contexts[&key];
+        let ctx = cache.contexts.get(&key).ok_or_else(forgotten)?;
         (ctx.cc, types.iter().copied().filter(|&t| ctx.types[t].is_none()).collect::<Vec<_>>())
     };
     if missing.is_empty() {
@@ -522,7 +531,7 @@ fn ensure(types: &[usize]) -> Result<usize> {
         cache.images.entry((cc, t)).or_insert_with(|| Arc::new(image));
     }
     for t in missing {
-        if cache.contexts[&key].types[t].is_some() {
+        if cache.contexts.get(&key).ok_or_else(forgotten)?.types[t].is_some() {
             continue;
         }
         let image = cache.images.get(&(cc, t)).cloned().ok_or_else(|| Error::internal("kernel image missing"))?;
@@ -564,7 +573,7 @@ pub unsafe fn fold(stream: Stream, f: &Fold<'_>) -> Result<()> {
     let key = ensure(&[t])?;
     let (func, sm_count) = {
         let cache = cache();
-        let ctx = &cache.contexts[&key];
+        let ctx = cache.contexts.get(&key).ok_or_else(forgotten)?;
         let kernels = ctx.types[t].ok_or_else(|| Error::internal("fold kernels not loaded"))?;
         (kernels.0[op], ctx.sm_count)
     };
