@@ -327,52 +327,78 @@ static __device__ __forceinline__ void fold(const FoldParams& p) {
 #define FERROCCL_FOLD(t, T, op, OP) \
     extern "C" __global__ void __launch_bounds__(256) ferroccl_fold_##t##_##op(const FoldParams p) { fold<T, OP>(p); }
 
-// The 48 entry points (kernels.rs parses these lines; keep one per line).
+// The 48 entry points (kernels.rs parses these lines; keep one per line). kernels.rs builds
+// one program per type (-DFERROCCL_ONE_TYPE -DFERROCCL_TYPE_<t>) so that the types compile in
+// parallel and a collective only waits for its own type.
+#if !defined(FERROCCL_ONE_TYPE) || defined(FERROCCL_TYPE_i8)
 FERROCCL_FOLD(i8, I8, sum, OP_SUM)
 FERROCCL_FOLD(i8, I8, prod, OP_PROD)
 FERROCCL_FOLD(i8, I8, max, OP_MAX)
 FERROCCL_FOLD(i8, I8, min, OP_MIN)
+#endif
+#if !defined(FERROCCL_ONE_TYPE) || defined(FERROCCL_TYPE_u8)
 FERROCCL_FOLD(u8, U8, sum, OP_SUM)
 FERROCCL_FOLD(u8, U8, prod, OP_PROD)
 FERROCCL_FOLD(u8, U8, max, OP_MAX)
 FERROCCL_FOLD(u8, U8, min, OP_MIN)
+#endif
+#if !defined(FERROCCL_ONE_TYPE) || defined(FERROCCL_TYPE_i32)
 FERROCCL_FOLD(i32, I32, sum, OP_SUM)
 FERROCCL_FOLD(i32, I32, prod, OP_PROD)
 FERROCCL_FOLD(i32, I32, max, OP_MAX)
 FERROCCL_FOLD(i32, I32, min, OP_MIN)
+#endif
+#if !defined(FERROCCL_ONE_TYPE) || defined(FERROCCL_TYPE_u32)
 FERROCCL_FOLD(u32, U32, sum, OP_SUM)
 FERROCCL_FOLD(u32, U32, prod, OP_PROD)
 FERROCCL_FOLD(u32, U32, max, OP_MAX)
 FERROCCL_FOLD(u32, U32, min, OP_MIN)
+#endif
+#if !defined(FERROCCL_ONE_TYPE) || defined(FERROCCL_TYPE_i64)
 FERROCCL_FOLD(i64, I64, sum, OP_SUM)
 FERROCCL_FOLD(i64, I64, prod, OP_PROD)
 FERROCCL_FOLD(i64, I64, max, OP_MAX)
 FERROCCL_FOLD(i64, I64, min, OP_MIN)
+#endif
+#if !defined(FERROCCL_ONE_TYPE) || defined(FERROCCL_TYPE_u64)
 FERROCCL_FOLD(u64, U64, sum, OP_SUM)
 FERROCCL_FOLD(u64, U64, prod, OP_PROD)
 FERROCCL_FOLD(u64, U64, max, OP_MAX)
 FERROCCL_FOLD(u64, U64, min, OP_MIN)
+#endif
+#if !defined(FERROCCL_ONE_TYPE) || defined(FERROCCL_TYPE_f16)
 FERROCCL_FOLD(f16, F16, sum, OP_SUM)
 FERROCCL_FOLD(f16, F16, prod, OP_PROD)
 FERROCCL_FOLD(f16, F16, max, OP_MAX)
 FERROCCL_FOLD(f16, F16, min, OP_MIN)
+#endif
+#if !defined(FERROCCL_ONE_TYPE) || defined(FERROCCL_TYPE_f32)
 FERROCCL_FOLD(f32, F32, sum, OP_SUM)
 FERROCCL_FOLD(f32, F32, prod, OP_PROD)
 FERROCCL_FOLD(f32, F32, max, OP_MAX)
 FERROCCL_FOLD(f32, F32, min, OP_MIN)
+#endif
+#if !defined(FERROCCL_ONE_TYPE) || defined(FERROCCL_TYPE_f64)
 FERROCCL_FOLD(f64, F64, sum, OP_SUM)
 FERROCCL_FOLD(f64, F64, prod, OP_PROD)
 FERROCCL_FOLD(f64, F64, max, OP_MAX)
 FERROCCL_FOLD(f64, F64, min, OP_MIN)
+#endif
+#if !defined(FERROCCL_ONE_TYPE) || defined(FERROCCL_TYPE_bf16)
 FERROCCL_FOLD(bf16, BF16, sum, OP_SUM)
 FERROCCL_FOLD(bf16, BF16, prod, OP_PROD)
 FERROCCL_FOLD(bf16, BF16, max, OP_MAX)
 FERROCCL_FOLD(bf16, BF16, min, OP_MIN)
+#endif
+#if !defined(FERROCCL_ONE_TYPE) || defined(FERROCCL_TYPE_e4m3)
 FERROCCL_FOLD(e4m3, E4M3, sum, OP_SUM)
 FERROCCL_FOLD(e4m3, E4M3, prod, OP_PROD)
 FERROCCL_FOLD(e4m3, E4M3, max, OP_MAX)
 FERROCCL_FOLD(e4m3, E4M3, min, OP_MIN)
+#endif
+#if !defined(FERROCCL_ONE_TYPE) || defined(FERROCCL_TYPE_e5m2)
 FERROCCL_FOLD(e5m2, E5M2, sum, OP_SUM)
 FERROCCL_FOLD(e5m2, E5M2, prod, OP_PROD)
 FERROCCL_FOLD(e5m2, E5M2, max, OP_MAX)
 FERROCCL_FOLD(e5m2, E5M2, min, OP_MIN)
+#endif

@@ -7,11 +7,15 @@
 //! the same result as `acc = prepare(in_0)`, then `acc = combine(incoming = acc, local = in_k)`
 //! for each further input, then `finalize(acc)`.
 //!
-//! Building: `--gpu-arch=sm_XY` (a CUBIN) when NVRTC knows the device's compute capability,
-//! else `compute_XY` PTX for the newest architecture NVRTC supports below it (the driver
-//! JIT-compiles it). Images are cached per compute capability, modules and functions per
-//! `CUcontext` (a context is never destroyed by ferroccl; one the application destroys and
-//! whose address the driver reuses would need [`forget_current_context`]).
+//! Building: `--gpu-architecture=sm_XY` (a CUBIN) when NVRTC knows the device's compute
+//! capability, else `compute_XY` PTX for the newest architecture NVRTC supports below it (the
+//! driver JIT-compiles it), with `--fmad=false --ftz=false --prec-div=true`. One NVRTC program
+//! per element type (`-DFERROCCL_TYPE_<t>`): [`prepare_current_device`] builds the twelve on
+//! several threads, [`fold`] builds only its own type on first use. Images are cached per
+//! (compute capability, type), modules and functions per `CUcontext` (a context is never
+//! destroyed by ferroccl; one the application destroys and whose address the driver reuses
+//! would need [`forget_current_context`]). NVRTC is opened only after
+//! `is_culib_present()` said yes; a build failure is `Error::Cuda` carrying NVRTC's log.
 //!
 //! Launch shape: 256-thread blocks, at most 8 blocks per SM, grid-stride loops. When `out` and
 //! every input are 16-byte aligned each thread moves 16 bytes per input per step; the rest
@@ -126,10 +130,10 @@ pub fn from_reduction(r: &Reduction) -> (ReduceKind, PreScalar, Option<u64>) {
     (r.kind, pre, post)
 }
 
-/// The kernels' parameter block: `struct FoldParams` in kernels.cu.
+/// The kernels' parameter block: `struct FoldParams` in kernels.cu (passed by value).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-struct FoldParams {
+pub struct FoldParams {
     out: u64,
     inputs: [u64; MAX_INPUTS],
     pre_bits: [u64; MAX_INPUTS],
@@ -142,8 +146,9 @@ struct FoldParams {
 
 const _: () = assert!(size_of::<FoldParams>() == 416);
 
-/// Checks a fold and lays out its parameters.
-fn params(f: &Fold<'_>) -> Result<FoldParams> {
+/// Checks a fold and lays out the kernel's parameters (what [`fold`] launches with; public so
+/// that tests can run kernels.cu's code on the host).
+pub fn fold_params(f: &Fold<'_>) -> Result<FoldParams> {
     let n = f.inputs.len();
     if n == 0 || n > MAX_INPUTS {
         return Err(Error::internal(format!("fold kernel: {n} inputs (1 to {MAX_INPUTS} allowed)")));
@@ -303,10 +308,16 @@ impl Program {
 
 /// Compiles [`SOURCE`] for `arch` (`sm_XY`: a CUBIN; `compute_XY`: PTX). Needs no GPU.
 pub fn compile(arch: &str) -> Result<Image> {
-    compile_source(SOURCE, arch)
+    compile_source(SOURCE, arch, &[])
 }
 
-fn compile_source(source: &str, arch: &str) -> Result<Image> {
+/// Compiles only the four kernels of `dtype`.
+pub fn compile_type(arch: &str, dtype: DataType) -> Result<Image> {
+    let (_, t) = TYPE_NAMES[kernel_index(dtype, ReduceKind::Sum) / OP_NAMES.len()];
+    compile_source(SOURCE, arch, &["-DFERROCCL_ONE_TYPE".to_string(), format!("-DFERROCCL_TYPE_{t}")])
+}
+
+fn compile_source(source: &str, arch: &str, defines: &[String]) -> Result<Image> {
     if !nvrtc_available() {
         return Err(Error::Cuda { call: "nvrtc", message: "the NVRTC library (libnvrtc.so) was not found".into() });
     }
@@ -314,7 +325,10 @@ fn compile_source(source: &str, arch: &str) -> Result<Image> {
     let source = CString::new(source).map_err(|_| Error::internal("kernels.cu contains a NUL byte"))?;
     let name = c"ferroccl_kernels.cu";
     let mut options: Vec<CString> = Vec::new();
-    for o in std::iter::once(format!("--gpu-architecture={arch}")).chain(OPTIONS.iter().map(|s| s.to_string())) {
+    let all = std::iter::once(format!("--gpu-architecture={arch}"))
+        .chain(OPTIONS.iter().map(|s| s.to_string()))
+        .chain(defines.iter().cloned());
+    for o in all {
         options.push(CString::new(o).map_err(|_| Error::internal("NUL in an NVRTC option"))?);
     }
     let option_ptrs: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
@@ -352,7 +366,8 @@ fn compile_source(source: &str, arch: &str) -> Result<Image> {
                 nvrtc_check(unsafe { nvrtc::nvrtcGetPTXSize(program.0, &mut size) }, "nvrtcGetPTXSize")?;
                 let mut code = vec![0u8; size];
                 // SAFETY: as above (the size includes the terminating NUL).
-                nvrtc_check(unsafe { nvrtc::nvrtcGetPTX(program.0, code.as_mut_ptr() as *mut c_char) }, "nvrtcGetPTX")?;
+                let res = unsafe { nvrtc::nvrtcGetPTX(program.0, code.as_mut_ptr() as *mut c_char) };
+                nvrtc_check(res, "nvrtcGetPTX")?;
                 code
             }
         };
@@ -363,28 +378,32 @@ fn compile_source(source: &str, arch: &str) -> Result<Image> {
 // ---------------------------------------------------------------------------------------------
 // Modules per context.
 
-/// The kernels loaded into one context.
-struct Loaded {
-    /// Kept so the module's lifetime is visible; modules are never unloaded (the context owns
-    /// them and frees them when it is destroyed).
-    _module: sys::CUmodule,
-    /// In [`kernel_names`] order.
-    functions: Vec<sys::CUfunction>,
-    sm_count: u32,
-}
+/// The four kernels (in [`OP_NAMES`] order) of one type, loaded into one context.
+#[derive(Clone, Copy)]
+struct TypeKernels([sys::CUfunction; 4]);
 
-// SAFETY: module and function handles are process-wide driver objects usable from any thread
-// in which their context is current; they are never mutated.
-unsafe impl Send for Loaded {}
+// SAFETY: function handles are process-wide driver objects, usable from any thread in which
+// their context is current; they are never mutated. (Their modules are never unloaded: the
+// context owns them and frees them when it is destroyed.)
+unsafe impl Send for TypeKernels {}
 // SAFETY: as above.
-unsafe impl Sync for Loaded {}
+unsafe impl Sync for TypeKernels {}
+
+/// What one context has loaded.
+struct ContextKernels {
+    /// Compute capability, major * 10 + minor.
+    cc: i32,
+    sm_count: u32,
+    /// By type, in [`TYPE_NAMES`] order.
+    types: [Option<TypeKernels>; 12],
+}
 
 #[derive(Default)]
 struct Cache {
-    /// Images by compute capability (major * 10 + minor).
-    images: HashMap<i32, Arc<Image>>,
+    /// Images by (compute capability, type index).
+    images: HashMap<(i32, usize), Arc<Image>>,
     /// Loaded kernels by CUcontext address.
-    loaded: HashMap<usize, Arc<Loaded>>,
+    contexts: HashMap<usize, ContextKernels>,
 }
 
 fn cache() -> std::sync::MutexGuard<'static, Cache> {
@@ -393,84 +412,149 @@ fn cache() -> std::sync::MutexGuard<'static, Cache> {
     CACHE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn attribute(attr: sys::CUdevice_attribute, dev: sys::CUdevice, call: &'static str) -> Result<i32> {
+fn attribute(attr: sys::CUdevice_attribute, dev: sys::CUdevice) -> Result<i32> {
     let mut v: c_int = 0;
     // SAFETY: CUDA is available (callers checked); out-pointer is a live local.
-    check(unsafe { sys::cuDeviceGetAttribute(&mut v, attr, dev) }, call)?;
+    let res = unsafe { sys::cuDeviceGetAttribute(&mut v, attr, dev) };
+    check(res, "cuDeviceGetAttribute")?;
     Ok(v)
 }
 
-/// The kernels for the calling thread's current context, built and loaded on first use.
-fn current() -> Result<Arc<Loaded>> {
+/// The current context's key and, the first time it is seen, its device's properties.
+fn current_context_key() -> Result<usize> {
     if !driver::available() {
         return Err(Error::Cuda { call: "cuInit", message: "CUDA is not available in this process".into() });
     }
     let ctx = driver::current_context()
         .ok_or_else(|| Error::Cuda { call: "cuCtxGetCurrent", message: "no CUDA context is current".into() })?;
     let key = ctx.0 as usize;
-    let mut cache = cache();
-    if let Some(l) = cache.loaded.get(&key) {
-        return Ok(l.clone());
+    if cache().contexts.contains_key(&key) {
+        return Ok(key);
     }
     let dev = driver::current_device()
         .ok_or_else(|| Error::Cuda { call: "cuCtxGetDevice", message: "no device for the current context".into() })?;
     use sys::CUdevice_attribute as A;
-    let major = attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev, "cuDeviceGetAttribute")?;
-    let minor = attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev, "cuDeviceGetAttribute")?;
-    let sm_count = attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev, "cuDeviceGetAttribute")?;
-    let cc = major * 10 + minor;
-    let image = match cache.images.get(&cc) {
-        Some(i) => i.clone(),
-        None => {
-            let archs = supported_archs()?;
-            let arch = arch_for(cc, &archs).ok_or_else(|| Error::Cuda {
-                call: "nvrtcGetSupportedArchs",
-                message: format!(
-                    "this NVRTC cannot build for compute capability {major}.{minor} (it supports {archs:?})"
-                ),
-            })?;
-            let started = std::time::Instant::now();
-            let image = Arc::new(compile(&arch)?);
-            log::info!(
-                target: "INIT",
-                "CUDA: built the reduction kernels for {arch} in {} ms",
-                started.elapsed().as_millis()
-            );
-            if !image.log.is_empty() {
-                log::warn!(target: "INIT", "NVRTC said while building the reduction kernels:\n{}", image.log);
-            }
-            cache.images.insert(cc, image.clone());
-            image
+    let major = attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)?;
+    let minor = attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)?;
+    let sm_count = attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)?;
+    let entry = ContextKernels { cc: major * 10 + minor, sm_count: sm_count.max(1) as u32, types: [None; 12] };
+    cache().contexts.entry(key).or_insert(entry);
+    Ok(key)
+}
+
+/// Compiles the images of `types` for `cc`, several at a time.
+fn build_images(cc: i32, types: &[usize]) -> Result<Vec<(usize, Image)>> {
+    let archs = supported_archs()?;
+    let arch = arch_for(cc, &archs).ok_or_else(|| Error::Cuda {
+        call: "nvrtcGetSupportedArchs",
+        message: format!(
+            "this NVRTC cannot build for compute capability {}.{} (it supports {archs:?})",
+            cc / 10,
+            cc % 10
+        ),
+    })?;
+    let started = std::time::Instant::now();
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, types.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Mutex<Vec<(usize, Result<Image>)>> = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&t) = types.get(i) else { break };
+                let image = compile_type(&arch, TYPE_NAMES[t].0);
+                results.lock().unwrap_or_else(|e| e.into_inner()).push((t, image));
+            });
         }
-    };
+    });
+    let mut images = Vec::new();
+    for (t, image) in results.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        let image = image?;
+        if !image.log.is_empty() {
+            log::warn!(target: "INIT", "NVRTC said while building the {} kernels:\n{}", TYPE_NAMES[t].1, image.log);
+        }
+        images.push((t, image));
+    }
+    log::info!(
+        target: "INIT",
+        "CUDA: built {} type(s) of reduction kernels for {arch} in {} ms",
+        types.len(),
+        started.elapsed().as_millis()
+    );
+    Ok(images)
+}
+
+/// Loads `image` into the current context and looks up the type's four kernels.
+fn load(image: &Image, t: usize) -> Result<TypeKernels> {
     let mut module: sys::CUmodule = std::ptr::null_mut();
     // SAFETY: a context is current; the image is a complete CUBIN or NUL-terminated PTX that
     // outlives the call.
-    check(unsafe { sys::cuModuleLoadData(&mut module, image.code.as_ptr() as *const c_void) }, "cuModuleLoadData")?;
-    let mut functions = Vec::with_capacity(TYPE_NAMES.len() * OP_NAMES.len());
-    for name in kernel_names() {
-        let cname = CString::new(name).map_err(|_| Error::internal("NUL in a kernel name"))?;
-        let mut f: sys::CUfunction = std::ptr::null_mut();
+    let res = unsafe { sys::cuModuleLoadData(&mut module, image.code.as_ptr() as *const c_void) };
+    check(res, "cuModuleLoadData")?;
+    let mut functions = [std::ptr::null_mut(); 4];
+    for (f, (kind, _)) in functions.iter_mut().zip(OP_NAMES) {
+        let name =
+            CString::new(kernel_name(TYPE_NAMES[t].0, kind)).map_err(|_| Error::internal("NUL in a kernel name"))?;
         // SAFETY: module was just loaded; the name is NUL-terminated; out-pointer is live.
-        check(unsafe { sys::cuModuleGetFunction(&mut f, module, cname.as_ptr()) }, "cuModuleGetFunction")?;
-        functions.push(f);
+        let res = unsafe { sys::cuModuleGetFunction(f, module, name.as_ptr()) };
+        check(res, "cuModuleGetFunction")?;
     }
-    let loaded = Arc::new(Loaded { _module: module, functions, sm_count: sm_count.max(1) as u32 });
-    cache.loaded.insert(key, loaded.clone());
-    Ok(loaded)
+    Ok(TypeKernels(functions))
 }
 
-/// Builds and loads the kernels for the current context now (so that the first collective
+/// The error when another thread called [`forget_current_context`] in the middle of a fold.
+fn forgotten() -> Error {
+    Error::invalid_usage("the current CUDA context's kernels were forgotten while in use")
+}
+
+/// Makes sure the kernels of `types` (indices into [`TYPE_NAMES`]) are loaded in the current
+/// context; returns the context's key.
+fn ensure(types: &[usize]) -> Result<usize> {
+    let key = current_context_key()?;
+    let (cc, missing) = {
+        let cache = cache();
+        let ctx = cache.contexts.get(&key).ok_or_else(forgotten)?;
+        (ctx.cc, types.iter().copied().filter(|&t| ctx.types[t].is_none()).collect::<Vec<_>>())
+    };
+    if missing.is_empty() {
+        return Ok(key);
+    }
+    // Compile outside the lock (seconds); two threads may race to build one image, the second
+    // result is dropped.
+    let to_build: Vec<usize> = {
+        let cache = cache();
+        missing.iter().copied().filter(|&t| !cache.images.contains_key(&(cc, t))).collect()
+    };
+    let built = if to_build.is_empty() { Vec::new() } else { build_images(cc, &to_build)? };
+    let mut cache = cache();
+    for (t, image) in built {
+        cache.images.entry((cc, t)).or_insert_with(|| Arc::new(image));
+    }
+    for t in missing {
+        if cache.contexts.get(&key).ok_or_else(forgotten)?.types[t].is_some() {
+            continue;
+        }
+        let image = cache.images.get(&(cc, t)).cloned().ok_or_else(|| Error::internal("kernel image missing"))?;
+        let kernels = load(&image, t)?;
+        if let Some(ctx) = cache.contexts.get_mut(&key) {
+            ctx.types[t] = Some(kernels);
+        }
+    }
+    Ok(key)
+}
+
+/// Builds and loads every kernel for the current context now (so that the first collective
 /// does not pay for it); Ok(()) when they already are.
 pub fn prepare_current_device() -> Result<()> {
-    current().map(|_| ())
+    let all: Vec<usize> = (0..TYPE_NAMES.len()).collect();
+    ensure(&all).map(|_| ())
 }
 
 /// Drops the kernels cached for the current context (call before an application destroys it
 /// if a new context might reuse its address).
 pub fn forget_current_context() {
     if let Some(ctx) = driver::current_context() {
-        cache().loaded.remove(&(ctx.0 as usize));
+        cache().contexts.remove(&(ctx.0 as usize));
     }
 }
 
@@ -480,13 +564,20 @@ pub fn forget_current_context() {
 /// `out`, every input and every device scalar must be device-accessible memory of `count`
 /// elements (one element for a scalar) that stays valid until the kernel has run.
 pub unsafe fn fold(stream: Stream, f: &Fold<'_>) -> Result<()> {
-    let mut p = params(f)?;
+    let mut p = fold_params(f)?;
     if f.count == 0 {
         return Ok(());
     }
-    let loaded = current()?;
-    let func = loaded.functions[kernel_index(f.dtype, f.kind)];
-    let blocks = grid_blocks(&p, f.dtype.size(), loaded.sm_count);
+    let index = kernel_index(f.dtype, f.kind);
+    let (t, op) = (index / OP_NAMES.len(), index % OP_NAMES.len());
+    let key = ensure(&[t])?;
+    let (func, sm_count) = {
+        let cache = cache();
+        let ctx = cache.contexts.get(&key).ok_or_else(forgotten)?;
+        let kernels = ctx.types[t].ok_or_else(|| Error::internal("fold kernels not loaded"))?;
+        (kernels.0[op], ctx.sm_count)
+    };
+    let blocks = grid_blocks(&p, f.dtype.size(), sm_count);
     let mut args = [&mut p as *mut FoldParams as *mut c_void];
     // SAFETY: func belongs to the current context's module; the single parameter is a
     // FoldParams laid out as kernels.cu declares it and is copied by the driver at launch;
@@ -570,7 +661,7 @@ mod tests {
             PreScalar::None,
             PreScalar::Device(0x40 as *const u8),
         ];
-        let p = params(&fold_of(&inputs, &pre, Some(3))).expect("valid fold");
+        let p = fold_params(&fold_of(&inputs, &pre, Some(3))).expect("valid fold");
         assert_eq!(p.n_in, 3);
         assert_eq!(p.pre_mask, 0b101);
         assert_eq!(p.pre_bits[0], 2.5f32.to_bits() as u64);
@@ -582,23 +673,23 @@ mod tests {
         // One misaligned input: one element per thread.
         assert_eq!(grid_blocks(&p, 4, 132), 1);
 
-        assert!(params(&fold_of(&[], &[], None)).is_err());
-        assert!(params(&fold_of(&[0x10 as *const u8; 17], &[], None)).is_err());
-        assert!(params(&fold_of(&inputs, &pre[..2], None)).is_err());
-        assert!(params(&fold_of(&inputs, &[], Some(0))).is_err());
-        assert!(params(&fold_of(
+        assert!(fold_params(&fold_of(&[], &[], None)).is_err());
+        assert!(fold_params(&fold_of(&[0x10 as *const u8; 17], &[], None)).is_err());
+        assert!(fold_params(&fold_of(&inputs, &pre[..2], None)).is_err());
+        assert!(fold_params(&fold_of(&inputs, &[], Some(0))).is_err());
+        assert!(fold_params(&fold_of(
             &inputs,
             &[PreScalar::None, PreScalar::None, PreScalar::Device(std::ptr::null())],
             None
         ))
         .is_err());
-        assert!(params(&fold_of(&[std::ptr::null()], &[], None)).is_err());
-        assert_eq!(params(&fold_of(&inputs[..1], &[], None)).expect("valid").pre_mask, 0);
+        assert!(fold_params(&fold_of(&[std::ptr::null()], &[], None)).is_err());
+        assert_eq!(fold_params(&fold_of(&inputs[..1], &[], None)).expect("valid").pre_mask, 0);
     }
 
     #[test]
     fn grid_covers_and_caps() {
-        let mut p = params(&fold_of(&[0x1000 as *const u8], &[], None)).expect("valid");
+        let mut p = fold_params(&fold_of(&[0x1000 as *const u8], &[], None)).expect("valid");
         p.count = 1 << 20;
         // Aligned f32: 4 per thread, 1M/4/256 = 1024 blocks, capped at 8 per SM.
         assert_eq!(grid_blocks(&p, 4, 1000), 1024);
@@ -659,8 +750,17 @@ mod tests {
             let needle = name.as_bytes();
             assert!(cubin.code.windows(needle.len()).any(|w| w == needle), "{name} missing from the CUBIN");
         }
+        // One type alone: its four kernels and no other.
+        let started = std::time::Instant::now();
+        let f16 = compile_type("compute_90", DataType::Float16).expect("the f16 kernels build alone");
+        let f16_ms = started.elapsed().as_millis();
+        let text16 = String::from_utf8_lossy(&f16.code);
+        let entries: Vec<&str> = text16.lines().filter(|l| l.contains(".entry ferroccl_fold_")).collect();
+        assert_eq!(entries.len(), 4, "{entries:?}");
+        assert!(entries.iter().all(|l| l.contains("ferroccl_fold_f16_")), "{entries:?}");
+        println!("NVRTC: f16 alone (PTX) in {f16_ms} ms");
         // A broken source is an error carrying the log, not a crash.
-        let err = compile_source("extern \"C\" __global__ void k() { undeclared_thing(); }", "sm_90")
+        let err = compile_source("extern \"C\" __global__ void k() { undeclared_thing(); }", "sm_90", &[])
             .expect_err("a broken source does not build");
         let text = err.to_string();
         assert!(matches!(err, Error::Cuda { call: "nvrtcCompileProgram", .. }), "{text}");

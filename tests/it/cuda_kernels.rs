@@ -1,17 +1,23 @@
 //! The CUDA fold kernels against the host reduction (`coll::reduce`), bit for bit, over every
 //! type x operator x pre/post mode x input count x length, with NaNs, infinities, signed zeros,
-//! subnormals and saturating values in the inputs. Needs a GPU and NVRTC; skips (and says why)
-//! without them.
+//! subnormals and saturating values in the inputs.
+//!
+//! Two executors run the same cases: the GPU (needs a device and NVRTC; skips and says why
+//! without them) and kernels.cu compiled for the CPU by the host C++ compiler with the few CUDA
+//! builtins it uses defined as plain IEEE operations (skips without a C++ compiler). The second
+//! checks the kernels' arithmetic on every machine; only the first checks the GPU's.
 
 use cudarc::driver::sys;
 
 use ferroccl::coll::reduce::{Post, Pre, ReduceKind, Reduction};
-use ferroccl::cuda::kernels::{self, Fold, PreScalar, MAX_INPUTS};
+use ferroccl::cuda::kernels::{self, Fold, FoldParams, PreScalar, MAX_INPUTS};
 use ferroccl::cuda::stream::Stream;
 use ferroccl::cuda::{driver, memory};
 use ferroccl::types::{BuiltinOp, DataType};
 
-const COUNTS: [usize; 4] = [1, 7, 1000, 65537 + 3];
+const GPU_COUNTS: [usize; 4] = [1, 7, 1000, 65537 + 3];
+/// Smaller on the CPU, where the emulation runs one element at a time.
+const HOST_COUNTS: [usize; 4] = [1, 7, 1000, 4096 + 3];
 const INPUT_COUNTS: [usize; 5] = [1, 2, 3, 7, 16];
 const KINDS: [ReduceKind; 4] = [ReduceKind::Sum, ReduceKind::Prod, ReduceKind::Max, ReduceKind::Min];
 /// Room before each buffer so that pointers can be shifted off 16-byte alignment.
@@ -170,35 +176,162 @@ fn make_current() -> Result<(), String> {
     Ok(())
 }
 
-fn htod(dst: *mut u8, src: &[u8]) {
-    // SAFETY: dst is a device allocation at least src.len() bytes long (see Buffers).
-    let res = unsafe { sys::cuMemcpyHtoD_v2(dst as sys::CUdeviceptr, src.as_ptr() as *const _, src.len()) };
-    assert_eq!(res, sys::CUresult::CUDA_SUCCESS, "cuMemcpyHtoD: {}", driver::describe(res));
+/// Where the fold runs.
+trait Exec {
+    fn alloc(&self, bytes: usize) -> *mut u8;
+    fn free(&self, ptr: *mut u8);
+    fn upload(&self, dst: *mut u8, src: &[u8]);
+    fn download(&self, dst: &mut [u8], src: *const u8);
+    /// Runs the fold to completion.
+    ///
+    /// # Safety
+    /// The fold's pointers come from `alloc` and hold `count` elements.
+    unsafe fn fold(&self, f: &Fold<'_>);
 }
 
-fn dtoh(dst: &mut [u8], src: *const u8) {
-    // SAFETY: src is a device allocation at least dst.len() bytes long.
-    let res = unsafe { sys::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut _, src as sys::CUdeviceptr, dst.len()) };
-    assert_eq!(res, sys::CUresult::CUDA_SUCCESS, "cuMemcpyDtoH: {}", driver::describe(res));
+struct Gpu;
+
+impl Exec for Gpu {
+    fn alloc(&self, bytes: usize) -> *mut u8 {
+        memory::alloc_device(bytes).expect("cuMemAlloc")
+    }
+    fn free(&self, ptr: *mut u8) {
+        memory::free_device(ptr).expect("cuMemFree");
+    }
+    fn upload(&self, dst: *mut u8, src: &[u8]) {
+        // SAFETY: dst is a device allocation at least src.len() bytes long (see Buffers).
+        let res = unsafe { sys::cuMemcpyHtoD_v2(dst as sys::CUdeviceptr, src.as_ptr() as *const _, src.len()) };
+        assert_eq!(res, sys::CUresult::CUDA_SUCCESS, "cuMemcpyHtoD: {}", driver::describe(res));
+    }
+    fn download(&self, dst: &mut [u8], src: *const u8) {
+        // SAFETY: src is a device allocation at least dst.len() bytes long.
+        let res = unsafe { sys::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut _, src as sys::CUdeviceptr, dst.len()) };
+        assert_eq!(res, sys::CUresult::CUDA_SUCCESS, "cuMemcpyDtoH: {}", driver::describe(res));
+    }
+    unsafe fn fold(&self, f: &Fold<'_>) {
+        // SAFETY: the caller's pointers are device memory of count elements, alive until the
+        // synchronize below.
+        unsafe { kernels::fold(Stream(0), f) }.expect("fold launch");
+        Stream(0).synchronize().expect("kernel ran");
+    }
 }
 
-/// Device buffers for 16 inputs, the output and the device scalars, freed on drop.
-struct Buffers {
+/// kernels.cu built for the CPU as a shared library, with CUDA's builtins defined on the host.
+struct HostEmulation {
+    lib: *mut std::ffi::c_void,
+}
+
+/// What kernels.cu needs from CUDA, for the CPU. `-ffp-contract=off` keeps a*b+c two roundings.
+const HOST_PRELUDE: &str = r#"
+#include <cstring>
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __launch_bounds__(x)
+struct FerrocclDim { unsigned x; };
+static FerrocclDim blockIdx{0}, threadIdx{0}, blockDim{1}, gridDim{1};
+static inline float __uint_as_float(unsigned b) { float f; memcpy(&f, &b, 4); return f; }
+static inline unsigned __float_as_uint(float f) { unsigned b; memcpy(&b, &f, 4); return b; }
+static inline double __longlong_as_double(long long b) { double f; memcpy(&f, &b, 8); return f; }
+static inline long long __double_as_longlong(double f) { long long b; memcpy(&b, &f, 8); return b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
+static inline double __ddiv_rn(double a, double b) { return a / b; }
+static inline float __ull2float_rn(unsigned long long n) { return (float)n; }
+static inline double __ull2double_rn(unsigned long long n) { return (double)n; }
+"#;
+
+impl HostEmulation {
+    fn build() -> Result<HostEmulation, String> {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ferroccl_kernels_host");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let source = dir.join("kernels_host.cpp");
+        let kernels_cu = concat!(env!("CARGO_MANIFEST_DIR"), "/src/cuda/kernels.cu");
+        std::fs::write(&source, format!("{HOST_PRELUDE}\n#include \"{kernels_cu}\"\n")).map_err(|e| e.to_string())?;
+        let lib = dir.join(format!("libkernels_host_{}.so", std::process::id()));
+        let mut last = String::from("no C++ compiler (c++, g++, clang++) found");
+        for cxx in ["c++", "g++", "clang++"] {
+            let out = std::process::Command::new(cxx)
+                .args(["-std=c++17", "-O2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-w", "-o"])
+                .arg(&lib)
+                .arg(&source)
+                .output();
+            match out {
+                Ok(o) if o.status.success() => {
+                    let path = std::ffi::CString::new(lib.to_string_lossy().into_owned()).map_err(|e| e.to_string())?;
+                    // SAFETY: the library was just built from kernels.cu; it has no constructors.
+                    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+                    let _ = std::fs::remove_file(&lib);
+                    if handle.is_null() {
+                        return Err(format!("dlopen of the host build of kernels.cu failed ({cxx})"));
+                    }
+                    return Ok(HostEmulation { lib: handle });
+                }
+                Ok(o) => {
+                    // A compiler that runs but rejects kernels.cu is a failure, not a skip.
+                    panic!("{cxx} could not build kernels.cu for the host:\n{}", String::from_utf8_lossy(&o.stderr));
+                }
+                Err(e) => last = format!("{cxx}: {e}"),
+            }
+        }
+        Err(last)
+    }
+}
+
+impl Exec for HostEmulation {
+    fn alloc(&self, bytes: usize) -> *mut u8 {
+        // 8-byte words, so 16-byte alignment is possible but not certain; leaked (test only).
+        let words = vec![0u64; bytes.div_ceil(8) + 2].into_boxed_slice();
+        let p = Box::leak(words).as_mut_ptr() as *mut u8;
+        p.wrapping_add(p.align_offset(16))
+    }
+    fn free(&self, _ptr: *mut u8) {}
+    fn upload(&self, dst: *mut u8, src: &[u8]) {
+        // SAFETY: dst comes from alloc with at least src.len() bytes.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+    }
+    fn download(&self, dst: &mut [u8], src: *const u8) {
+        // SAFETY: src comes from alloc with at least dst.len() bytes.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
+    }
+    unsafe fn fold(&self, f: &Fold<'_>) {
+        let p = kernels::fold_params(f).expect("valid fold");
+        if f.count == 0 {
+            return;
+        }
+        let name = std::ffi::CString::new(kernels::kernel_name(f.dtype, f.kind)).expect("name");
+        // SAFETY: lib is a live handle; the name is NUL-terminated.
+        let sym = unsafe { libc::dlsym(self.lib, name.as_ptr()) };
+        assert!(!sym.is_null(), "{name:?} missing from the host build");
+        // SAFETY: the symbol is `extern "C" void f(const FoldParams)` and FoldParams is repr(C)
+        // as kernels.cu declares it.
+        let kernel: extern "C" fn(FoldParams) = unsafe { std::mem::transmute(sym) };
+        kernel(p);
+    }
+}
+
+/// Buffers for 16 inputs, the output and the device scalars.
+struct Buffers<'e> {
+    exec: &'e dyn Exec,
     slots: Vec<*mut u8>,
     scalars: *mut u8,
 }
 
-impl Buffers {
-    fn new(bytes: usize) -> Buffers {
-        let slots = (0..=MAX_INPUTS).map(|_| memory::alloc_device(bytes + SLACK).expect("cuMemAlloc")).collect();
-        Buffers { slots, scalars: memory::alloc_device(8 * MAX_INPUTS).expect("cuMemAlloc") }
+impl<'e> Buffers<'e> {
+    fn new(exec: &'e dyn Exec, bytes: usize) -> Buffers<'e> {
+        let slots = (0..=MAX_INPUTS).map(|_| exec.alloc(bytes + SLACK)).collect();
+        Buffers { exec, slots, scalars: exec.alloc(8 * MAX_INPUTS) }
     }
 }
 
-impl Drop for Buffers {
+impl Drop for Buffers<'_> {
     fn drop(&mut self) {
         for p in self.slots.iter().chain([&self.scalars]) {
-            let _ = memory::free_device(*p);
+            self.exec.free(*p);
         }
     }
 }
@@ -211,7 +344,7 @@ struct Totals {
 
 #[allow(clippy::too_many_arguments)]
 fn run_case(
-    bufs: &Buffers,
+    bufs: &Buffers<'_>,
     rng: &mut Rng,
     totals: &mut Totals,
     dtype: DataType,
@@ -240,7 +373,7 @@ fn run_case(
                 if k % 2 == 1 {
                     // scalars holds 8 bytes per input.
                     let at = bufs.scalars.wrapping_add(8 * k);
-                    htod(at, &bits[..size]);
+                    bufs.exec.upload(at, &bits[..size]);
                     dev_pre.push(PreScalar::Device(at));
                 } else {
                     dev_pre.push(PreScalar::Bits(bits));
@@ -275,7 +408,7 @@ fn run_case(
     };
     let ptrs: Vec<*mut u8> = (0..n).map(|k| bufs.slots[k].wrapping_add(offset(k))).collect();
     for (p, data) in ptrs.iter().zip(&inputs) {
-        htod(*p, data);
+        bufs.exec.upload(*p, data);
     }
     let out = match n {
         3 => ptrs[0],
@@ -284,12 +417,11 @@ fn run_case(
     };
     let in_ptrs: Vec<*const u8> = ptrs.iter().map(|p| *p as *const u8).collect();
     let fold = Fold { dtype, kind, out, inputs: &in_ptrs, pre: &dev_pre, post_div, count };
-    // SAFETY: every pointer is device memory holding count elements (plus slack for shifts),
-    // alive until the synchronize below.
-    unsafe { kernels::fold(Stream(0), &fold) }.expect("fold launch");
-    Stream(0).synchronize().expect("kernel ran");
+    // SAFETY: every pointer comes from the executor and holds count elements (plus slack for
+    // the shifted ones).
+    unsafe { bufs.exec.fold(&fold) };
     let mut got = vec![0u8; count * size];
-    dtoh(&mut got, out);
+    bufs.exec.download(&mut got, out);
 
     let want = host_fold(dtype, kind, &inputs, &host_pre, post);
     totals.cases += 1;
@@ -306,23 +438,11 @@ fn run_case(
     }
 }
 
-#[test]
-fn fold_kernels_match_the_host_reduction_bit_for_bit() {
-    if let Err(why) = make_current() {
-        println!("skipped: {why}");
-        return;
-    }
-    if !kernels::nvrtc_available() {
-        println!("skipped: no NVRTC library (libnvrtc.so) on this machine");
-        return;
-    }
+/// Every case on `exec`, compared with the host path; prints a summary line.
+fn run_all(exec: &dyn Exec, counts: &[usize], label: &str) {
     let started = std::time::Instant::now();
-    kernels::prepare_current_device().expect("the kernels build and load");
-    println!("cuda fold kernels: built and loaded in {} ms", started.elapsed().as_millis());
-    kernels::prepare_current_device().expect("a second prepare is a no-op");
-
-    let max_count = *COUNTS.iter().max().expect("counts");
-    let bufs = Buffers::new(max_count * 8);
+    let max_count = *counts.iter().max().expect("counts");
+    let bufs = Buffers::new(exec, max_count * 8);
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut totals = Totals { cases: 0, elements: 0, failures: Vec::new() };
     for dtype in DataType::ALL {
@@ -333,14 +453,14 @@ fn fold_kernels_match_the_host_reduction_bit_for_bit() {
         for kind in KINDS {
             for &mode in &modes {
                 for n in INPUT_COUNTS {
-                    for count in COUNTS {
+                    for &count in counts {
                         run_case(&bufs, &mut rng, &mut totals, dtype, kind, mode, n, count);
                     }
                 }
             }
         }
     }
-    // A zero-length fold launches nothing and succeeds.
+    // A zero-length fold does nothing and succeeds.
     let one = [bufs.slots[0] as *const u8];
     let empty = Fold {
         dtype: DataType::Float32,
@@ -352,10 +472,10 @@ fn fold_kernels_match_the_host_reduction_bit_for_bit() {
         count: 0,
     };
     // SAFETY: nothing is read or written for count 0.
-    unsafe { kernels::fold(Stream(0), &empty) }.expect("empty fold");
+    unsafe { exec.fold(&empty) };
 
     println!(
-        "cuda fold kernels: {} cases run, {} elements compared, {} mismatching cases, {} ms",
+        "{label}: {} cases run, {} elements compared, {} mismatching cases, {} ms",
         totals.cases,
         totals.elements,
         totals.failures.len(),
@@ -370,4 +490,33 @@ fn fold_kernels_match_the_host_reduction_bit_for_bit() {
         totals.failures.len(),
         totals.cases
     );
+}
+
+#[test]
+fn fold_kernels_match_the_host_reduction_bit_for_bit() {
+    if let Err(why) = make_current() {
+        println!("skipped: {why}");
+        return;
+    }
+    if !kernels::nvrtc_available() {
+        println!("skipped: no NVRTC library (libnvrtc.so) on this machine");
+        return;
+    }
+    let started = std::time::Instant::now();
+    kernels::prepare_current_device().expect("the kernels build and load");
+    println!("cuda fold kernels: built and loaded in {} ms", started.elapsed().as_millis());
+    kernels::prepare_current_device().expect("a second prepare is a no-op");
+    run_all(&Gpu, &GPU_COUNTS, "cuda fold kernels (GPU)");
+}
+
+#[test]
+fn fold_kernel_source_matches_the_host_reduction_on_the_cpu() {
+    let exec = match HostEmulation::build() {
+        Ok(e) => e,
+        Err(why) => {
+            println!("skipped: {why}");
+            return;
+        }
+    };
+    run_all(&exec, &HOST_COUNTS, "cuda fold kernels (kernels.cu on the CPU)");
 }
