@@ -177,7 +177,12 @@ fn current_device() -> c_int {
 /// Waits until every rank reaches finalize; the communicator then only accepts Destroy.
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
-    boundary("ncclCommFinalize", || comm::lookup(comm, "ncclCommFinalize")?.finalize())
+    boundary("ncclCommFinalize", || {
+        let c = comm::lookup(comm, "ncclCommFinalize")?;
+        // Device-buffer operations this thread queued complete first (their streams get there).
+        crate::coll::stream::drain_current_thread();
+        c.finalize()
+    })
 }
 
 /// Frees the communicator's local resources.
@@ -188,6 +193,7 @@ pub extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
             return Ok(()); // as NCCL: destroying NULL is a no-op
         }
         let c = comm::unregister(comm, "ncclCommDestroy")?;
+        crate::coll::stream::drain_current_thread();
         c.abort();
         log::info!(target: "DESTROY", "comm {:p} rank {} nranks {} - Destroy COMPLETE", comm, c.rank, c.nranks);
         Ok(())
