@@ -17,6 +17,8 @@ use crate::transport::node_area::NodeArea;
 use crate::transport::socket_net::SocketNet;
 use crate::transport::Net;
 use crate::types::{ncclComm_t, ncclResult_t, DataType, NCCL_NUM_OPS};
+pub use crate::wire::PeerInfo;
+use crate::wire::SplitEntry;
 
 /// A PreMulSum scalar: its value now (ncclScalarHostImmediate) or where to read it each time
 /// a collective uses the operator (ncclScalarDevice).
@@ -30,51 +32,6 @@ pub enum Scalar {
 enum RedOpEntry {
     Fixed(Reduction),
     Pointer { dtype: DataType, addr: usize },
-}
-
-/// What every rank learns about every other at init.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PeerInfo {
-    pub rank: usize,
-    pub host_hash: u64,
-    pub pid: u32,
-    pub cuda_dev: i32,
-    pub net_handle: Vec<u8>,
-    /// Accepts shared-memory connections.
-    pub shm: bool,
-}
-
-const PEER_INFO_BYTES: usize = 8 + 8 + 4 + 4 + 64 + 8;
-
-impl PeerInfo {
-    fn encode(&self) -> Result<Vec<u8>> {
-        if self.net_handle.len() > 64 {
-            return Err(Error::internal("net handle longer than 64 bytes"));
-        }
-        let mut b = vec![0u8; PEER_INFO_BYTES];
-        b[0..8].copy_from_slice(&(self.rank as u64).to_le_bytes());
-        b[8..16].copy_from_slice(&self.host_hash.to_le_bytes());
-        b[16..20].copy_from_slice(&self.pid.to_le_bytes());
-        b[20..24].copy_from_slice(&self.cuda_dev.to_le_bytes());
-        b[24] = self.net_handle.len() as u8;
-        b[25..25 + self.net_handle.len()].copy_from_slice(&self.net_handle);
-        b[88] = self.shm as u8;
-        Ok(b)
-    }
-    fn decode(b: &[u8]) -> Result<PeerInfo> {
-        let n = b[24] as usize;
-        if b.len() != PEER_INFO_BYTES || n > 63 {
-            return Err(Error::remote("malformed peer info"));
-        }
-        Ok(PeerInfo {
-            rank: u64::from_le_bytes(b[0..8].try_into().expect("8")) as usize,
-            host_hash: u64::from_le_bytes(b[8..16].try_into().expect("8")),
-            pid: u32::from_le_bytes(b[16..20].try_into().expect("4")),
-            cuda_dev: i32::from_le_bytes(b[20..24].try_into().expect("4")),
-            net_handle: b[25..25 + n].to_vec(),
-            shm: b[88] == 1,
-        })
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,12 +117,7 @@ impl Comm {
             shm: links.shm_listening(),
         };
         let all = bootstrap.all_gather(&me.encode()?)?;
-        let peers: Vec<PeerInfo> = all.chunks(PEER_INFO_BYTES).map(PeerInfo::decode).collect::<Result<_>>()?;
-        for (i, p) in peers.iter().enumerate() {
-            if p.rank != i {
-                return Err(Error::remote(format!("peer info of rank {i} claims rank {}", p.rank)));
-            }
-        }
+        let peers = PeerInfo::decode_all(&all, nranks)?;
         links.set_peers(
             peers
                 .iter()
@@ -397,24 +349,13 @@ impl Comm {
             )));
         }
         let mut boot = self.bootstrap();
-        let mut mine = [0u8; 8];
-        mine[0..4].copy_from_slice(&color.to_le_bytes());
-        mine[4..8].copy_from_slice(&key.to_le_bytes());
-        let all = boot.all_gather(&mine)?;
-        let entries: Vec<(c_int, c_int)> = all
-            .chunks(8)
-            .map(|c| {
-                (
-                    c_int::from_le_bytes(c[0..4].try_into().expect("4")),
-                    c_int::from_le_bytes(c[4..8].try_into().expect("4")),
-                )
-            })
-            .collect();
+        let all = boot.all_gather(&SplitEntry { color, key }.encode())?;
+        let entries = SplitEntry::decode_all(&all)?;
         if color == -1 {
             return Ok(None);
         }
         let mut members: Vec<(c_int, usize)> =
-            entries.iter().enumerate().filter(|(_, (c, _))| *c == color).map(|(r, (_, k))| (*k, r)).collect();
+            entries.iter().enumerate().filter(|(_, e)| e.color == color).map(|(r, e)| (e.key, r)).collect();
         members.sort();
         let new_rank = members.iter().position(|&(_, r)| r == self.rank).expect("self is a member");
         let leader = members[0].1;
@@ -428,8 +369,7 @@ impl Comm {
             id
         } else {
             let b = boot.recv(leader, tag)?;
-            let arr: [u8; 128] = b.try_into().map_err(|_| Error::remote("malformed split id"))?;
-            UniqueId::decode(&arr)?
+            UniqueId::decode(&b).map_err(|e| Error::remote(format!("malformed split id: {e}")))?
         };
         drop(boot);
         Comm::init_rank(&id, members.len(), new_rank, config, self.cuda_dev).map(Some)
@@ -485,12 +425,7 @@ pub fn host_hash() -> u64 {
         let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
         format!("{}{}", host.trim(), boot.trim())
     });
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in ident.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+    crate::hash::fnv1a64(ident.as_bytes())
 }
 
 /// Live communicators, indexed by handle token. Tokens are never reused, so a destroyed
@@ -538,18 +473,4 @@ pub fn unregister(handle: ncclComm_t, function: &str) -> Result<Arc<Comm>> {
     slot_of(handle).and_then(|i| registry().get_mut(i).and_then(Option::take)).ok_or_else(|| {
         Error::invalid_argument(format!("{function}: comm {handle:p} is not a live communicator (destroyed?)"))
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn peer_info_round_trip() {
-        let p = PeerInfo { rank: 3, host_hash: 99, pid: 1234, cuda_dev: -1, net_handle: vec![1, 2, 3], shm: true };
-        assert_eq!(PeerInfo::decode(&p.encode().unwrap()).unwrap(), p);
-        let mut bad = p.encode().unwrap();
-        bad[24] = 200;
-        assert!(PeerInfo::decode(&bad).is_err());
-    }
 }

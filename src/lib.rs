@@ -28,10 +28,12 @@ pub mod env;
 pub mod error;
 pub mod ffi;
 pub mod group;
+pub mod hash;
 pub mod tls;
 pub mod topo;
 pub mod transport;
 pub mod types;
 pub mod version;
+pub mod wire;
 
 pub use error::{Error, Result};

@@ -127,7 +127,7 @@ impl NodeArea {
             _ => -1,
         };
         let fds = bootstrap.all_gather(&fd_word.to_le_bytes())?;
-        let root_fd = i64::from_le_bytes(fds[..8].try_into().expect("8 bytes"));
+        let root_fd = crate::wire::le_i64(&fds, "node area descriptor")?;
         let attached: std::result::Result<NodeArea, String> = if !wanted {
             Err("disabled by FERROCCL_NODE_COLL".into())
         } else if root_fd < 0 {
