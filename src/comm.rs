@@ -1,17 +1,16 @@
 //! Communicators: creation (from a unique id, from threads, from a parent by split), the
 //! handle registry the C API looks them up in, and their lifecycle.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicI32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::bootstrap::{self, Bootstrap, UniqueId};
-use crate::coll::algo::{Algorithm, CollArgs, CollKind};
-use crate::coll::plan::Plan;
-use crate::coll::reduce::Reduction;
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
+use crate::reduce::Reduction;
 use crate::transport::links::{Links, PeerLink};
 use crate::transport::node_area::NodeArea;
 use crate::transport::socket_net::SocketNet;
@@ -59,24 +58,12 @@ pub struct Comm {
     next_redop: AtomicI32,
     registrations: Mutex<HashMap<usize, (usize, usize)>>,
     next_registration: AtomicUsize,
-    /// Plans by operation shape: repeated calls (the common case) skip plan generation.
-    plans: Mutex<PlanCache>,
+    /// State an upper layer keeps per communicator (the collectives' plan cache), opaque here
+    /// so that comm does not depend on the layer that defines it; see [`Comm::with_layer_state`].
+    layer_state: Mutex<Option<Box<dyn Any + Send>>>,
     /// All ranks share a node area (`transport::node_area`): node-level algorithms apply.
     pub node_area: bool,
 }
-
-type PlanKey = (CollKind, usize, usize, bool, usize, bool, bool, Algorithm, usize);
-
-/// Plans by shape, with the last one used in front: a loop repeating one call (the common
-/// case) compares a key instead of hashing it.
-#[derive(Default)]
-struct PlanCache {
-    last: Option<(PlanKey, Arc<Plan>)>,
-    all: HashMap<PlanKey, Arc<Plan>>,
-}
-
-/// Plans kept per communicator before the cache starts over.
-const PLAN_CACHE_ENTRIES: usize = 512;
 
 impl Comm {
     /// Joins the communicator behind `id` (ncclCommInitRank*). Blocks until all ranks joined.
@@ -152,7 +139,7 @@ impl Comm {
             next_redop: AtomicI32::new(NCCL_NUM_OPS),
             registrations: Mutex::new(HashMap::new()),
             next_registration: AtomicUsize::new(1),
-            plans: Mutex::new(PlanCache::default()),
+            layer_state: Mutex::new(None),
             node_area,
         };
         log::info!(target: "INIT", "Using network {}", net.name());
@@ -164,39 +151,20 @@ impl Comm {
         Ok(Arc::new(comm))
     }
 
-    /// This rank's plan for an operation shape, generated once.
-    pub fn cached_plan(&self, args: &CollArgs, algorithm: Algorithm, chunk_bytes: usize) -> Result<Arc<Plan>> {
-        let key = (
-            args.kind,
-            args.bytes,
-            args.root,
-            args.in_place,
-            args.elem_size,
-            args.has_pre,
-            args.has_post,
-            algorithm,
-            chunk_bytes,
-        );
-        {
-            let mut cache = self.plans.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((k, p)) = &cache.last {
-                if *k == key {
-                    return Ok(p.clone());
-                }
-            }
-            if let Some(p) = cache.all.get(&key).cloned() {
-                cache.last = Some((key, p.clone()));
-                return Ok(p);
+    /// Runs `f` on the upper layers' per-communicator state of type `T`, made (default) on
+    /// first use. One type lives in the slot at a time (today only `coll`'s plan cache); asking
+    /// for another replaces it.
+    pub fn with_layer_state<T: Any + Send + Default, R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        let mut slot = self.layer_state.lock().unwrap_or_else(|p| p.into_inner());
+        match slot.as_mut().and_then(|b| b.downcast_mut::<T>()) {
+            Some(state) => f(state),
+            None => {
+                let mut state = T::default();
+                let r = f(&mut state);
+                *slot = Some(Box::new(state));
+                r
             }
         }
-        let plan = Arc::new(crate::coll::algo::plan_with(args, self.rank, self.nranks, algorithm, chunk_bytes)?);
-        let mut cache = self.plans.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.all.len() >= PLAN_CACHE_ENTRIES {
-            cache.all.clear();
-        }
-        cache.all.insert(key, plan.clone());
-        cache.last = Some((key, plan.clone()));
-        Ok(plan)
     }
 
     pub fn state(&self) -> CommState {
@@ -259,9 +227,6 @@ impl Comm {
     }
 
     pub fn abort(&self) {
-        // One coverage line per communicator, at teardown: data connections are made on
-        // first use, so only then is the picture complete.
-        crate::tls::Coverage::log(self);
         self.state.store(CommState::Aborted as u8, Ordering::Release);
         if let Ok(mut l) = self.links.lock() {
             l.close_all();

@@ -2,15 +2,17 @@
 //! in-place rules), algorithm choice, and execution of the resulting plans.
 //!
 //! - [`plan`]: the step data model; [`algo`]: plan generators (ring, tree, direct) and the
-//!   size-based choice; [`sim`]: a socket-free simulator used by tests;
+//!   size-based choice; `sim`: a socket-free simulator for the tests (not shipped);
 //! - [`reduce`]: element-wise kernels; [`exec`]: the progress engine.
 
 pub mod algo;
 pub mod exec;
 pub mod node;
 pub mod plan;
-pub mod reduce;
-pub mod sim;
+pub mod plan_cache;
+pub use crate::reduce;
+#[cfg(test)]
+mod sim;
 
 use std::sync::Arc;
 
@@ -209,7 +211,7 @@ fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Resul
     if let Some(reason) = &choice.fallback_reason {
         log::info!(target: "TUNING", "{}: {reason}", req.op.name());
     }
-    let plan = comm.cached_plan(&args, choice.algorithm, tuning.chunk_bytes)?;
+    let plan = plan_cache::cached_plan(comm, &args, choice.algorithm, tuning.chunk_bytes)?;
     log::debug!(target: "COLL", "{} count {} datatype {} in_place {in_place} algorithm {} steps {}", req.op.name(), req.count, req.dtype, plan.algorithm, plan.steps.len());
     Ok(Work { plan, bufs, reduction: req.reduction, send_copy, node: None })
 }

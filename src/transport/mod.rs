@@ -9,6 +9,7 @@
 //! [`links`] keeps one communicator's connections per peer and chooses the transport for each
 //! peer (network today; shared memory and P2P come first in the priority order later).
 
+pub mod exchange;
 pub mod links;
 pub mod netif;
 pub mod node_area;
@@ -110,9 +111,9 @@ pub enum RecvOp {
     /// `dst = incoming`.
     Copy,
     /// `dst = incoming (op) pre(local)`; `local` may be `dst` itself.
-    Combine { local: MemRegion, reduction: crate::coll::reduce::Reduction },
+    Combine { local: MemRegion, reduction: crate::reduce::Reduction },
     /// `dst = dst (op) incoming`.
-    Accumulate { reduction: crate::coll::reduce::Reduction },
+    Accumulate { reduction: crate::reduce::Reduction },
 }
 
 /// Applies `op` to bytes `[offset, offset + incoming.len())` of a receive into `dst`.

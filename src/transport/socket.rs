@@ -25,6 +25,13 @@ impl ConnKind {
     }
 }
 
+/// How long setup steps wait for peers (FERROCCL_BOOTSTRAP_TIMEOUT seconds): connecting,
+/// handshakes, the bootstrap (which re-exports this as `bootstrap::timeout`).
+pub fn setup_timeout() -> Duration {
+    static TIMEOUT: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *TIMEOUT.get_or_init(|| Duration::from_secs(crate::env::get_int("FERROCCL_BOOTSTRAP_TIMEOUT").max(1) as u64))
+}
+
 /// Which side of a connection (the connecting side is the TLS client).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {

@@ -89,7 +89,7 @@ impl Net for SocketNet {
 
     fn connect(&self, handle: &[u8], me: ConnectorId) -> Result<Box<dyn NetSend>> {
         let addr: SocketAddr = decode_addr(handle)?;
-        let deadline = Instant::now() + crate::bootstrap::timeout();
+        let deadline = Instant::now() + socket::setup_timeout();
         let tcp = socket::connect_tcp(addr, deadline)?;
         let hello = Hello { magic: me.comm_magic, kind: ConnKind::Data, rank: me.rank, extra: me.channel };
         if let Some(n) = helper_sockets() {
@@ -243,7 +243,7 @@ impl Acceptor {
             return Ok(Some((a.id, recv)));
         }
         let key = (a.id.rank, a.id.channel);
-        let limit = Instant::now() + crate::bootstrap::timeout();
+        let limit = Instant::now() + socket::setup_timeout();
         let (slots, _) = self.groups.entry(key).or_insert_with(|| ((0..a.nsub).map(|_| None).collect(), limit));
         if slots.len() != a.nsub || slots[a.sub].is_some() {
             self.groups.remove(&key);
@@ -261,7 +261,7 @@ impl Acceptor {
 
 impl Acceptor {
     fn run(mut self, tx: &mpsc::Sender<Accepted>, ready: &EventFd, stop: &EventFd) {
-        let limit = crate::bootstrap::timeout();
+        let limit = socket::setup_timeout();
         loop {
             let mut fds = vec![
                 libc::pollfd { fd: self.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 },

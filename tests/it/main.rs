@@ -4,6 +4,7 @@
 mod collectives;
 mod common;
 mod errors;
+mod layers;
 mod lifecycle;
 mod processes;
 mod tls;
