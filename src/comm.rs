@@ -1,5 +1,10 @@
 //! Communicators: creation (from a unique id, from threads, from a parent by split), the
 //! handle registry the C API looks them up in, and their lifecycle.
+//!
+//! Owns a communicator's peers, connection table, bootstrap, reduction operators and state.
+//! Not here: plans and their cache (`coll`, kept in the opaque slot of
+//! [`Comm::with_layer_state`]), the encryption coverage report (`coverage`), the layout of what
+//! ranks exchange (`wire`).
 
 use std::any::Any;
 use std::collections::HashMap;

@@ -3,7 +3,11 @@
 //!
 //! - [`plan`]: the step data model; [`algo`]: plan generators (ring, tree, direct) and the
 //!   size-based choice; `sim`: a socket-free simulator for the tests (not shipped);
-//! - [`reduce`]: element-wise kernels; [`exec`]: the progress engine.
+//! - [`plan_cache`]: plans by operation shape, per communicator; [`exec`]: the progress
+//!   engine; [`node`]: node-area algorithms;
+//! - `reduce`: the element-wise kernels, re-exported from the bottom-level [`crate::reduce`].
+//!
+//! Sits above `comm` (it runs on a communicator's connections); nothing below uses it.
 
 pub mod algo;
 pub mod exec;

@@ -8,6 +8,11 @@
 //!
 //! [`links`] keeps one communicator's connections per peer and chooses the transport for each
 //! peer (network today; shared memory and P2P come first in the priority order later).
+//!
+//! Also here: [`socket`] (TCP building blocks the bootstrap uses too), [`socket_net`], [`shm`],
+//! [`node_area`], [`peer_mem`], [`netif`], and [`exchange`] (the all-gather transports need
+//! from the bootstrap, as a trait, so that they sit below it). Byte layouts are `wire`'s,
+//! reductions applied on receipt are `reduce`'s.
 
 pub mod exchange;
 pub mod links;

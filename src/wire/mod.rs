@@ -7,7 +7,7 @@
 //! ([`peer_info`]). Not here: moving the bytes (`transport`, `bootstrap`) or acting on them.
 //!
 //! Invariants, for every decoder: the length is checked first, every field is read through
-//! [`Reader`] (no indexing, no `expect`), padding must be zero, and a decoder accepts only
+//! `Reader` (no indexing, no `expect`), padding must be zero, and a decoder accepts only
 //! what its encoder produces (decode then encode gives back the same bytes). So no input can
 //! make one panic; `tests::no_decoder_panics_on_random_bytes` feeds them random bytes.
 
