@@ -327,7 +327,10 @@ impl Comm {
         let mut members: Vec<(c_int, usize)> =
             entries.iter().enumerate().filter(|(_, e)| e.color == color).map(|(r, e)| (e.key, r)).collect();
         members.sort();
-        let new_rank = members.iter().position(|&(_, r)| r == self.rank).expect("self is a member");
+        let new_rank = members
+            .iter()
+            .position(|&(_, r)| r == self.rank)
+            .ok_or_else(|| Error::internal("ncclCommSplit: this rank is missing from its own color"))?;
         let leader = members[0].1;
         // The leader makes the child's id and hands it to the other members.
         let tag = 0x5000_0000u32 | (color as u32 & 0x0fff_ffff);
