@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ferroccl's whole test suite (the README's test command; .ci/run calls it):
 #   cargo fmt --check; cargo clippy -D warnings (default features, openssl3, openssl3+mpi);
-#   make check-header; cargo test --release --features openssl3,mpi; the benchmark's tests
+#   make check-header; the layer check (tests/it/layers.rs: no cycle between top-level modules);
+#   cargo test --release --features openssl3,mpi; the benchmark's tests
 #   (cargo test --release -p ferroccl-bench --features tls: the encryption canary end to end);
 #   make test-packaging; make test-mpi.
 # Every step runs even when an earlier one failed; a summary table comes last, and the exit
@@ -19,7 +20,7 @@ if [ "$(id -u)" = 0 ]; then
 fi
 export OMPI_MCA_rmaps_base_oversubscribe=${OMPI_MCA_rmaps_base_oversubscribe:-1}
 
-steps=${FERROCCL_STEPS:-fmt clippy clippy-openssl3 clippy-all check-header cargo-test bench-test test-packaging test-mpi}
+steps=${FERROCCL_STEPS:-fmt clippy clippy-openssl3 clippy-all check-header layers cargo-test bench-test test-packaging test-mpi}
 names=()
 results=()
 times=()
@@ -44,6 +45,7 @@ run_step clippy          "$CARGO" clippy --workspace --all-targets -- -D warning
 run_step clippy-openssl3 "$CARGO" clippy --all-targets --features openssl3 -- -D warnings
 run_step clippy-all      "$CARGO" clippy --workspace --all-targets --features openssl3,mpi,ferroccl-bench/tls -- -D warnings
 run_step check-header    "$MAKE" --no-print-directory check-header
+run_step layers          "$CARGO" test --release --features openssl3,mpi --test it layers::
 run_step cargo-test      "$CARGO" test --release --features openssl3,mpi
 run_step bench-test      "$CARGO" test --release -p ferroccl-bench --features tls
 run_step test-packaging  "$MAKE" --no-print-directory test-packaging

@@ -1,23 +1,29 @@
 //! Communicators: creation (from a unique id, from threads, from a parent by split), the
 //! handle registry the C API looks them up in, and their lifecycle.
+//!
+//! Owns a communicator's peers, connection table, bootstrap, reduction operators and state.
+//! Not here: plans and their cache (`coll`, kept in the opaque slot of
+//! [`Comm::with_layer_state`]), the encryption coverage report (`coverage`), the layout of what
+//! ranks exchange (`wire`).
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicI32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::bootstrap::{self, Bootstrap, UniqueId};
-use crate::coll::algo::{Algorithm, CollArgs, CollKind};
-use crate::coll::plan::Plan;
-use crate::coll::reduce::Reduction;
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
 use crate::interrupt::Interrupt;
+use crate::reduce::Reduction;
 use crate::transport::links::{Links, PeerLink};
 use crate::transport::node_area::NodeArea;
 use crate::transport::socket_net::SocketNet;
 use crate::transport::Net;
 use crate::types::{ncclComm_t, ncclResult_t, DataType, NCCL_NUM_OPS};
+pub use crate::wire::PeerInfo;
+use crate::wire::SplitEntry;
 
 /// A PreMulSum scalar: its value now (ncclScalarHostImmediate) or where to read it each time
 /// a collective uses the operator (ncclScalarDevice).
@@ -31,51 +37,6 @@ pub enum Scalar {
 enum RedOpEntry {
     Fixed(Reduction),
     Pointer { dtype: DataType, addr: usize },
-}
-
-/// What every rank learns about every other at init.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PeerInfo {
-    pub rank: usize,
-    pub host_hash: u64,
-    pub pid: u32,
-    pub cuda_dev: i32,
-    pub net_handle: Vec<u8>,
-    /// Accepts shared-memory connections.
-    pub shm: bool,
-}
-
-const PEER_INFO_BYTES: usize = 8 + 8 + 4 + 4 + 64 + 8;
-
-impl PeerInfo {
-    fn encode(&self) -> Result<Vec<u8>> {
-        if self.net_handle.len() > 64 {
-            return Err(Error::internal("net handle longer than 64 bytes"));
-        }
-        let mut b = vec![0u8; PEER_INFO_BYTES];
-        b[0..8].copy_from_slice(&(self.rank as u64).to_le_bytes());
-        b[8..16].copy_from_slice(&self.host_hash.to_le_bytes());
-        b[16..20].copy_from_slice(&self.pid.to_le_bytes());
-        b[20..24].copy_from_slice(&self.cuda_dev.to_le_bytes());
-        b[24] = self.net_handle.len() as u8;
-        b[25..25 + self.net_handle.len()].copy_from_slice(&self.net_handle);
-        b[88] = self.shm as u8;
-        Ok(b)
-    }
-    fn decode(b: &[u8]) -> Result<PeerInfo> {
-        let n = b[24] as usize;
-        if b.len() != PEER_INFO_BYTES || n > 63 {
-            return Err(Error::remote("malformed peer info"));
-        }
-        Ok(PeerInfo {
-            rank: u64::from_le_bytes(b[0..8].try_into().expect("8")) as usize,
-            host_hash: u64::from_le_bytes(b[8..16].try_into().expect("8")),
-            pid: u32::from_le_bytes(b[16..20].try_into().expect("4")),
-            cuda_dev: i32::from_le_bytes(b[20..24].try_into().expect("4")),
-            net_handle: b[25..25 + n].to_vec(),
-            shm: b[88] == 1,
-        })
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,24 +67,12 @@ pub struct Comm {
     next_redop: AtomicI32,
     registrations: Mutex<HashMap<usize, (usize, usize)>>,
     next_registration: AtomicUsize,
-    /// Plans by operation shape: repeated calls (the common case) skip plan generation.
-    plans: Mutex<PlanCache>,
+    /// State an upper layer keeps per communicator (the collectives' plan cache), opaque here
+    /// so that comm does not depend on the layer that defines it; see [`Comm::with_layer_state`].
+    layer_state: Mutex<Option<Box<dyn Any + Send>>>,
     /// All ranks share a node area (`transport::node_area`): node-level algorithms apply.
     pub node_area: bool,
 }
-
-type PlanKey = (CollKind, usize, usize, bool, usize, bool, bool, Algorithm, usize);
-
-/// Plans by shape, with the last one used in front: a loop repeating one call (the common
-/// case) compares a key instead of hashing it.
-#[derive(Default)]
-struct PlanCache {
-    last: Option<(PlanKey, Arc<Plan>)>,
-    all: HashMap<PlanKey, Arc<Plan>>,
-}
-
-/// Plans kept per communicator before the cache starts over.
-const PLAN_CACHE_ENTRIES: usize = 512;
 
 impl Comm {
     /// Joins the communicator behind `id` (ncclCommInitRank*). Blocks until all ranks joined.
@@ -166,12 +115,7 @@ impl Comm {
             shm: links.shm_listening(),
         };
         let all = bootstrap.all_gather(&me.encode()?)?;
-        let peers: Vec<PeerInfo> = all.chunks(PEER_INFO_BYTES).map(PeerInfo::decode).collect::<Result<_>>()?;
-        for (i, p) in peers.iter().enumerate() {
-            if p.rank != i {
-                return Err(Error::remote(format!("peer info of rank {i} claims rank {}", p.rank)));
-            }
-        }
+        let peers = PeerInfo::decode_all(&all, nranks)?;
         links.set_peers(
             peers
                 .iter()
@@ -207,7 +151,7 @@ impl Comm {
             next_redop: AtomicI32::new(NCCL_NUM_OPS),
             registrations: Mutex::new(HashMap::new()),
             next_registration: AtomicUsize::new(1),
-            plans: Mutex::new(PlanCache::default()),
+            layer_state: Mutex::new(None),
             node_area,
         };
         log::info!(target: "INIT", "Using network {}", net.name());
@@ -219,39 +163,20 @@ impl Comm {
         Ok(Arc::new(comm))
     }
 
-    /// This rank's plan for an operation shape, generated once.
-    pub fn cached_plan(&self, args: &CollArgs, algorithm: Algorithm, chunk_bytes: usize) -> Result<Arc<Plan>> {
-        let key = (
-            args.kind,
-            args.bytes,
-            args.root,
-            args.in_place,
-            args.elem_size,
-            args.has_pre,
-            args.has_post,
-            algorithm,
-            chunk_bytes,
-        );
-        {
-            let mut cache = self.plans.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((k, p)) = &cache.last {
-                if *k == key {
-                    return Ok(p.clone());
-                }
-            }
-            if let Some(p) = cache.all.get(&key).cloned() {
-                cache.last = Some((key, p.clone()));
-                return Ok(p);
+    /// Runs `f` on the upper layers' per-communicator state of type `T`, made (default) on
+    /// first use. One type lives in the slot at a time (today only `coll`'s plan cache); asking
+    /// for another replaces it.
+    pub fn with_layer_state<T: Any + Send + Default, R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        let mut slot = self.layer_state.lock().unwrap_or_else(|p| p.into_inner());
+        match slot.as_mut().and_then(|b| b.downcast_mut::<T>()) {
+            Some(state) => f(state),
+            None => {
+                let mut state = T::default();
+                let r = f(&mut state);
+                *slot = Some(Box::new(state));
+                r
             }
         }
-        let plan = Arc::new(crate::coll::algo::plan_with(args, self.rank, self.nranks, algorithm, chunk_bytes)?);
-        let mut cache = self.plans.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.all.len() >= PLAN_CACHE_ENTRIES {
-            cache.all.clear();
-        }
-        cache.all.insert(key, plan.clone());
-        cache.last = Some((key, plan.clone()));
-        Ok(plan)
     }
 
     pub fn state(&self) -> CommState {
@@ -317,9 +242,6 @@ impl Comm {
     /// another thread holds the links: the interrupt makes it fail and let go (within a poll
     /// interval, see `interrupt::POLL_SLICE`), and the connections are closed after it.
     pub fn abort(&self) {
-        // One coverage line per communicator, at teardown: data connections are made on
-        // first use, so only then is the picture complete.
-        crate::tls::Coverage::log(self);
         self.state.store(CommState::Aborted as u8, Ordering::Release);
         self.interrupt.trigger();
         self.links.lock().unwrap_or_else(|p| p.into_inner()).close_all();
@@ -417,26 +339,18 @@ impl Comm {
             )));
         }
         let mut boot = self.bootstrap();
-        let mut mine = [0u8; 8];
-        mine[0..4].copy_from_slice(&color.to_le_bytes());
-        mine[4..8].copy_from_slice(&key.to_le_bytes());
-        let all = boot.all_gather(&mine)?;
-        let entries: Vec<(c_int, c_int)> = all
-            .chunks(8)
-            .map(|c| {
-                (
-                    c_int::from_le_bytes(c[0..4].try_into().expect("4")),
-                    c_int::from_le_bytes(c[4..8].try_into().expect("4")),
-                )
-            })
-            .collect();
+        let all = boot.all_gather(&SplitEntry { color, key }.encode())?;
+        let entries = SplitEntry::decode_all(&all)?;
         if color == -1 {
             return Ok(None);
         }
         let mut members: Vec<(c_int, usize)> =
-            entries.iter().enumerate().filter(|(_, (c, _))| *c == color).map(|(r, (_, k))| (*k, r)).collect();
+            entries.iter().enumerate().filter(|(_, e)| e.color == color).map(|(r, e)| (e.key, r)).collect();
         members.sort();
-        let new_rank = members.iter().position(|&(_, r)| r == self.rank).expect("self is a member");
+        let new_rank = members
+            .iter()
+            .position(|&(_, r)| r == self.rank)
+            .ok_or_else(|| Error::internal("ncclCommSplit: this rank is missing from its own color"))?;
         let leader = members[0].1;
         // The leader makes the child's id and hands it to the other members.
         let tag = 0x5000_0000u32 | (color as u32 & 0x0fff_ffff);
@@ -448,8 +362,7 @@ impl Comm {
             id
         } else {
             let b = boot.recv(leader, tag)?;
-            let arr: [u8; 128] = b.try_into().map_err(|_| Error::remote("malformed split id"))?;
-            UniqueId::decode(&arr)?
+            UniqueId::decode(&b).map_err(|e| Error::remote(format!("malformed split id: {e}")))?
         };
         drop(boot);
         Comm::init_rank(&id, members.len(), new_rank, config, self.cuda_dev).map(Some)
@@ -505,12 +418,7 @@ pub fn host_hash() -> u64 {
         let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
         format!("{}{}", host.trim(), boot.trim())
     });
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in ident.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+    crate::hash::fnv1a64(ident.as_bytes())
 }
 
 /// Live communicators, indexed by handle token. Tokens are never reused, so a destroyed
@@ -558,18 +466,4 @@ pub fn unregister(handle: ncclComm_t, function: &str) -> Result<Arc<Comm>> {
     slot_of(handle).and_then(|i| registry().get_mut(i).and_then(Option::take)).ok_or_else(|| {
         Error::invalid_argument(format!("{function}: comm {handle:p} is not a live communicator (destroyed?)"))
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn peer_info_round_trip() {
-        let p = PeerInfo { rank: 3, host_hash: 99, pid: 1234, cuda_dev: -1, net_handle: vec![1, 2, 3], shm: true };
-        assert_eq!(PeerInfo::decode(&p.encode().unwrap()).unwrap(), p);
-        let mut bad = p.encode().unwrap();
-        bad[24] = 200;
-        assert!(PeerInfo::decode(&bad).is_err());
-    }
 }

@@ -141,8 +141,10 @@ pub unsafe fn resolve(cfg: &ncclConfig_t) -> Result<CommConfig> {
         return Err(Error::invalid_argument(format!("config.blocking must be 0 or 1, got {blocking}")));
     }
     let split_share = if cfg.splitShare == NCCL_CONFIG_UNDEF_INT { 0 } else { cfg.splitShare };
-    // SAFETY: caller guarantees NULL or valid strings.
-    let string = |p| unsafe { crate::ffi::opt_cstr(p) }.map(|c| c.to_string_lossy().into_owned());
+    let string = |p: *const std::ffi::c_char| {
+        // SAFETY: caller guarantees NULL or valid NUL-terminated strings.
+        (!p.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    };
     Ok(CommConfig {
         blocking: blocking == 1,
         comm_name: string(cfg.commName),

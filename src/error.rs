@@ -1,8 +1,28 @@
 //! One error type for the whole library, and its mapping onto NCCL's `ncclResult_t`.
 
+use std::ffi::c_int;
 use std::io;
 
-use crate::types::ncclResult_t;
+/// `ncclResult_t`: NCCL's status codes (the enum itself is declared in cbindgen.toml; `types`
+/// re-exports it with the other C ABI types).
+#[allow(non_camel_case_types)]
+#[repr(transparent)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ncclResult_t(pub c_int);
+
+#[allow(non_upper_case_globals)]
+impl ncclResult_t {
+    pub const ncclSuccess: Self = Self(0);
+    pub const ncclUnhandledCudaError: Self = Self(1);
+    pub const ncclSystemError: Self = Self(2);
+    pub const ncclInternalError: Self = Self(3);
+    pub const ncclInvalidArgument: Self = Self(4);
+    pub const ncclInvalidUsage: Self = Self(5);
+    pub const ncclRemoteError: Self = Self(6);
+    pub const ncclInProgress: Self = Self(7);
+    pub const ncclTimeout: Self = Self(8);
+    pub const ncclNumResults: Self = Self(9);
+}
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

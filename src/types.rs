@@ -7,25 +7,8 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::fmt;
 
+pub use crate::error::ncclResult_t;
 use crate::error::{Error, Result};
-
-/// `ncclResult_t`: NCCL's status codes (the enum itself is declared in cbindgen.toml).
-#[repr(transparent)]
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct ncclResult_t(pub c_int);
-
-impl ncclResult_t {
-    pub const ncclSuccess: Self = Self(0);
-    pub const ncclUnhandledCudaError: Self = Self(1);
-    pub const ncclSystemError: Self = Self(2);
-    pub const ncclInternalError: Self = Self(3);
-    pub const ncclInvalidArgument: Self = Self(4);
-    pub const ncclInvalidUsage: Self = Self(5);
-    pub const ncclRemoteError: Self = Self(6);
-    pub const ncclInProgress: Self = Self(7);
-    pub const ncclTimeout: Self = Self(8);
-    pub const ncclNumResults: Self = Self(9);
-}
 
 /// `ncclDataType_t` as received from C.
 #[repr(transparent)]

@@ -28,7 +28,7 @@ use ferroccl::ffi::coverage::ferrocclCommEncryptionReport;
 use ferroccl::ffi::query::ncclGetLastError;
 use ferroccl::types::{ncclComm_t, ncclResult_t};
 
-use crate::json::Json;
+use crate::json::{self, Json};
 use crate::procs::{MpiSession, Procs};
 use crate::psk::{self, Psk};
 use crate::relay;
@@ -93,7 +93,7 @@ pub fn gather_reports(world: &World, local: &[String]) -> Result<Vec<Json>, Stri
     };
     all.iter()
         .flat_map(|text| text.lines())
-        .map(|line| Json::parse(line).map_err(|e| format!("encryption report: {e}")))
+        .map(|line| json::parse(line).map_err(|e| format!("encryption report: {e}")))
         .collect()
 }
 
@@ -356,9 +356,9 @@ fn run_relayed(mut cmd: Command, socket: &Path, procs: &Procs) -> Result<ExitSta
 
 fn read_phase(phase: Phase, out: &Path) -> Result<PhaseRun, String> {
     let text = std::fs::read_to_string(out).map_err(|e| format!("cannot read {}: {e}", out.display()))?;
-    let doc = Json::parse(&text)?;
+    let doc = json::parse(&text)?;
     let rows = rows_of(&doc)?;
-    let reports = doc.get("encryption_reports").and_then(Json::as_arr).unwrap_or(&[]);
+    let reports = doc.get("encryption_reports").and_then(Json::as_array).map_or(&[][..], Vec::as_slice);
     let coverage = Coverage::from_reports(reports)?;
     Ok(PhaseRun { phase, doc, rows, coverage })
 }
@@ -392,7 +392,7 @@ fn phase_failure(phase: Phase, code: Option<i32>) -> Failure {
 
 /// The compared numbers of each row of a phase's JSON document.
 fn rows_of(doc: &Json) -> Result<Vec<Row>, String> {
-    let results = doc.get("results").and_then(Json::as_arr).ok_or("no 'results' array")?;
+    let results = doc.get("results").and_then(Json::as_array).ok_or("no 'results' array")?;
     results.iter().map(row_of).collect()
 }
 
@@ -403,7 +403,7 @@ fn row_of(result: &Json) -> Result<Row, String> {
     let num = |k: &str| oop.get(k).and_then(Json::as_f64).ok_or(format!("row without 'oop.{k}'"));
     let latencies: Vec<f64> = oop
         .get("latencies_us")
-        .and_then(Json::as_arr)
+        .and_then(Json::as_array)
         .ok_or("row without 'oop.latencies_us'")?
         .iter()
         .filter_map(Json::as_f64)
@@ -484,7 +484,7 @@ impl Coverage {
         let mut plaintext = 0;
         let lists: &[&str] = if with_root { &["bootstrap", "bootstrap_root"] } else { &["bootstrap"] };
         for &list in lists {
-            for entry in field(list)?.as_arr().ok_or(format!("'{list}' is not a list"))? {
+            for entry in field(list)?.as_array().ok_or(format!("'{list}' is not a list"))? {
                 let count = count_of(entry)?;
                 if entry.get("encrypted").and_then(Json::as_bool) == Some(true) {
                     self.add_tls(count, entry);
@@ -495,7 +495,7 @@ impl Coverage {
         }
         let net = field("net")?;
         let net_count = count_of(net)?;
-        let protections = net.get("security").and_then(Json::as_arr).ok_or("'net' without 'security'")?;
+        let protections = net.get("security").and_then(Json::as_array).ok_or("'net' without 'security'")?;
         let all_tls = !protections.is_empty()
             && protections.iter().all(|s| s.get("encrypted").and_then(Json::as_bool) == Some(true));
         if all_tls {
@@ -529,14 +529,14 @@ impl Coverage {
     }
 
     fn json(&self) -> Json {
-        Json::obj(vec![
-            ("ranks", Json::Int(self.ranks as i64)),
-            ("ranks_with_key", Json::Int(self.keyed_ranks as i64)),
-            ("tls_connections", Json::Int(self.tls as i64)),
-            ("tls_data_connections", Json::Int(self.tls_data as i64)),
-            ("plaintext_connections", Json::Int(self.plaintext as i64)),
-            ("shm_connections", Json::Int(self.shm as i64)),
-            ("security", Json::Arr(self.security.iter().map(Json::str).collect())),
+        json::obj(vec![
+            ("ranks", Json::from(self.ranks as i64)),
+            ("ranks_with_key", Json::from(self.keyed_ranks as i64)),
+            ("tls_connections", Json::from(self.tls as i64)),
+            ("tls_data_connections", Json::from(self.tls_data as i64)),
+            ("plaintext_connections", Json::from(self.plaintext as i64)),
+            ("shm_connections", Json::from(self.shm as i64)),
+            ("security", Json::Array(self.security.iter().map(|s| json::str(s.as_str())).collect())),
         ])
     }
 }
@@ -791,36 +791,36 @@ fn print_rows(verdict: &Verdict) {
 
 fn write_json(path: &Path, plain: &PhaseRun, enc: &PhaseRun, outcome: &Outcome, max_loss: f64, per_round: &[f64]) {
     let mut fields = vec![
-        ("program", Json::str("ferroccl-bench")),
-        ("version", Json::str(env!("CARGO_PKG_VERSION"))),
-        ("mode", Json::str("encryption_canary")),
-        ("command_line", Json::str(std::env::args().collect::<Vec<_>>().join(" "))),
-        ("date", Json::str(crate::now_string())),
+        ("program", json::str("ferroccl-bench")),
+        ("version", json::str(env!("CARGO_PKG_VERSION"))),
+        ("mode", json::str("encryption_canary")),
+        ("command_line", json::str(std::env::args().collect::<Vec<_>>().join(" "))),
+        ("date", json::str(crate::now_string())),
         ("collective", plain.doc.get("collective").cloned().unwrap_or(Json::Null)),
         ("ranks", plain.doc.get("ranks").cloned().unwrap_or(Json::Null)),
-        ("max_loss_percent", Json::Num(max_loss)),
-        ("verdict_basis", Json::str("out-of-place busbw of the largest size (the worst row of that size)")),
-        ("verdict", Json::str(outcome.verdict_name())),
-        ("rounds", Json::Int(per_round.len().max(1) as i64)),
-        ("loss_percent_per_round", Json::Arr(per_round.iter().map(|l| Json::Num(*l)).collect())),
+        ("max_loss_percent", Json::from(max_loss)),
+        ("verdict_basis", json::str("out-of-place busbw of the largest size (the worst row of that size)")),
+        ("verdict", json::str(outcome.verdict_name())),
+        ("rounds", Json::from(per_round.len().max(1) as i64)),
+        ("loss_percent_per_round", Json::Array(per_round.iter().map(|l| Json::from(*l)).collect())),
     ];
     match outcome {
         Outcome::Judged(verdict, warnings) => {
-            fields.push(("loss_percent", Json::Num(verdict.comparisons[verdict.decisive].loss)));
-            fields.push(("comparisons", Json::Arr(verdict.comparisons.iter().map(comparison_json).collect())));
-            fields.push(("warnings", Json::Arr(warnings.iter().map(Json::str).collect())));
+            fields.push(("loss_percent", Json::from(verdict.comparisons[verdict.decisive].loss)));
+            fields.push(("comparisons", Json::Array(verdict.comparisons.iter().map(comparison_json).collect())));
+            fields.push(("warnings", Json::Array(warnings.iter().map(|s| json::str(s.as_str())).collect())));
         }
-        Outcome::Invalid(reason) => fields.push(("reason", Json::str(reason.clone()))),
+        Outcome::Invalid(reason) => fields.push(("reason", json::str(reason.clone()))),
     }
     fields.push((
         "encryption",
-        Json::obj(vec![("plaintext", plain.coverage.json()), ("encrypted", enc.coverage.json())]),
+        json::obj(vec![("plaintext", plain.coverage.json()), ("encrypted", enc.coverage.json())]),
     ));
     fields.push((
         "phases",
-        Json::obj(vec![(plain.phase.name(), plain.doc.clone()), (enc.phase.name(), enc.doc.clone())]),
+        json::obj(vec![(plain.phase.name(), plain.doc.clone()), (enc.phase.name(), enc.doc.clone())]),
     ));
-    match std::fs::write(path, Json::obj(fields).render()) {
+    match std::fs::write(path, json::render(&json::obj(fields))) {
         Ok(()) => println!("# Wrote JSON output to {}", path.display()),
         Err(e) => eprintln!("ferroccl-bench: cannot write {}: {e}", path.display()),
     }
@@ -828,21 +828,21 @@ fn write_json(path: &Path, plain: &PhaseRun, enc: &PhaseRun, outcome: &Outcome, 
 
 fn comparison_json(c: &Comparison) -> Json {
     let numbers = |r: &Row| {
-        Json::obj(vec![
-            ("busbw", Json::Num(r.busbw)),
-            ("time_us", Json::Num(r.time_us)),
-            ("p99_us", Json::Num(r.p99_us)),
+        json::obj(vec![
+            ("busbw", Json::from(r.busbw)),
+            ("time_us", Json::from(r.time_us)),
+            ("p99_us", Json::from(r.p99_us)),
         ])
     };
     let k = &c.plain.key;
-    Json::obj(vec![
-        ("size", Json::Int(k.size as i64)),
-        ("type", Json::str(k.dtype.clone())),
-        ("redop", Json::str(k.redop.clone())),
-        ("root", Json::Int(k.root)),
+    json::obj(vec![
+        ("size", Json::from(k.size as i64)),
+        ("type", json::str(k.dtype.clone())),
+        ("redop", json::str(k.redop.clone())),
+        ("root", Json::from(k.root)),
         ("plaintext", numbers(&c.plain)),
         ("encrypted", numbers(&c.enc)),
-        ("loss_percent", Json::Num(c.loss)),
+        ("loss_percent", Json::from(c.loss)),
     ])
 }
 
@@ -948,7 +948,7 @@ mod tests {
             _ => "",
         };
         let plaintext = if boot_tls { 0 } else { 2 } + if net.1 == "tls" { 0 } else { net.0 };
-        Json::parse(&format!(
+        json::parse(&format!(
             r#"{{"comm":"0x0000000000000001","rank":0,"nranks":2,"encryption":"{}","policy":"default","bootstrap":[{boot}],"bootstrap_root":[{boot}],"net":{{"transport":"NET/Socket","count":{},"security":[{net_security}]}},"shm":{{"count":{shm},"encrypted":false,"note":"outside TLS boundary"}},"plaintext":{plaintext},"rekeys":0}}"#,
             if key { "psk" } else { "none" },
             net.0
@@ -973,7 +973,7 @@ mod tests {
         assert_eq!(coverage(&[report(true, true, (2, "none"), 0)]).plaintext, 2);
         assert_eq!(coverage(&[report(true, true, (2, "mixed"), 0)]).plaintext, 2);
         assert!(Coverage::from_reports(&[]).is_err());
-        assert!(Coverage::from_reports(&[Json::parse("{}").unwrap()]).is_err());
+        assert!(Coverage::from_reports(&[json::parse("{}").unwrap()]).is_err());
     }
 
     #[test]

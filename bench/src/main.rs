@@ -339,10 +339,6 @@ fn now_string() -> String {
     }
 }
 
-fn fnv1a(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
-}
-
 fn launched_by_mpi() -> bool {
     ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"].iter().any(|v| std::env::var_os(v).is_some())
 }
@@ -536,7 +532,7 @@ fn run(args: &Args, world: &World, multi_process: bool) -> Result<i32, String> {
         println!("#");
         println!("# Using devices");
     }
-    let hosts = world.allgather_u64(fnv1a(&host));
+    let hosts = world.allgather_u64(ferroccl::hash::fnv1a64(host.as_bytes()));
     let local_rank = hosts[..world.proc_].iter().filter(|&&h| h == hosts[world.proc_]).count();
     let pid = std::process::id();
     let mut lines = String::new();
@@ -663,50 +659,50 @@ fn run(args: &Args, world: &World, multi_process: bool) -> Result<i32, String> {
 
         if let Some(path) = args.canary_out.as_ref().or(args.output_file.as_ref()) {
             let mut fields = vec![
-                ("program", Json::str("ferroccl-bench")),
-                ("version", Json::str(env!("CARGO_PKG_VERSION"))),
-                ("nccl_tests_format", Json::str(NCCL_TESTS_FORMAT)),
-                ("nccl_version", Json::Int(version as i64)),
-                ("command_line", Json::str(std::env::args().collect::<Vec<_>>().join(" "))),
-                ("hostname", Json::str(host.clone())),
-                ("date", Json::str(now_string())),
-                ("mode", Json::str(if multi_process { "mpi" } else { "threads" })),
-                ("encryption", Json::str(if encrypted_run(args) { "psk" } else { "none" })),
-                ("collective", Json::str(plan.coll.name())),
-                ("nprocs", Json::Int(world.nprocs as i64)),
-                ("nthreads", Json::Int(world.nthreads as i64)),
-                ("ranks", Json::Int(nranks as i64)),
+                ("program", json::str("ferroccl-bench")),
+                ("version", json::str(env!("CARGO_PKG_VERSION"))),
+                ("nccl_tests_format", json::str(NCCL_TESTS_FORMAT)),
+                ("nccl_version", Json::from(version as i64)),
+                ("command_line", json::str(std::env::args().collect::<Vec<_>>().join(" "))),
+                ("hostname", json::str(host.clone())),
+                ("date", json::str(now_string())),
+                ("mode", json::str(if multi_process { "mpi" } else { "threads" })),
+                ("encryption", json::str(if encrypted_run(args) { "psk" } else { "none" })),
+                ("collective", json::str(plan.coll.name())),
+                ("nprocs", Json::from(world.nprocs as i64)),
+                ("nthreads", Json::from(world.nthreads as i64)),
+                ("ranks", Json::from(nranks as i64)),
                 (
                     "config",
-                    Json::obj(vec![
-                        ("minimum_bytes", Json::Int(plan.minbytes as i64)),
-                        ("maximum_bytes", Json::Int(plan.maxbytes as i64)),
-                        (if plan.stepfactor > 1 { "step_factor" } else { "step_bytes" }, Json::Int(step.0 as i64)),
-                        ("warmup_iters", Json::Int(plan.warmup as i64)),
-                        ("iterations", Json::Int(plan.iters as i64)),
-                        ("aggregated_iterations", Json::Int(plan.agg as i64)),
-                        ("validation", Json::Int(plan.check as i64)),
-                        ("average", Json::Int(args.average as i64)),
-                        ("unalign", Json::Int(plan.unalign as i64)),
-                        ("init", Json::str(format!("{init:?}").to_lowercase())),
+                    json::obj(vec![
+                        ("minimum_bytes", Json::from(plan.minbytes as i64)),
+                        ("maximum_bytes", Json::from(plan.maxbytes as i64)),
+                        (if plan.stepfactor > 1 { "step_factor" } else { "step_bytes" }, Json::from(step.0 as i64)),
+                        ("warmup_iters", Json::from(plan.warmup as i64)),
+                        ("iterations", Json::from(plan.iters as i64)),
+                        ("aggregated_iterations", Json::from(plan.agg as i64)),
+                        ("validation", Json::from(plan.check as i64)),
+                        ("average", Json::from(args.average as i64)),
+                        ("unalign", Json::from(plan.unalign as i64)),
+                        ("init", json::str(format!("{init:?}").to_lowercase())),
                     ]),
                 ),
-                ("devices", Json::Arr(devices)),
-                ("results", Json::Arr(main_outcome.rows.clone())),
+                ("devices", Json::Array(devices)),
+                ("results", Json::Array(main_outcome.rows.clone())),
                 (
                     "out_of_bounds",
-                    Json::obj(vec![("count", Json::Int(errors as i64)), ("okay", Json::Bool(errors == 0))]),
+                    json::obj(vec![("count", Json::from(errors as i64)), ("okay", Json::Bool(errors == 0))]),
                 ),
-                ("average_bus_bandwidth", Json::Num(avg_bw)),
+                ("average_bus_bandwidth", Json::from(avg_bw)),
             ];
             if let Some(phase) = args.canary_phase {
                 // The canary parent reads this file instead of the user's -J.
-                fields.push(("canary_phase", Json::str(phase.name())));
-                fields.push(("encryption_reports", Json::Arr(reports)));
-                std::fs::write(path, Json::obj(fields).render())
+                fields.push(("canary_phase", json::str(phase.name())));
+                fields.push(("encryption_reports", Json::Array(reports)));
+                std::fs::write(path, json::render(&json::obj(fields)))
                     .map_err(|e| format!("cannot write the canary phase's results to {}: {e}", path.display()))?;
             } else {
-                match std::fs::write(path, Json::obj(fields).render()) {
+                match std::fs::write(path, json::render(&json::obj(fields))) {
                     Ok(()) => println!("# Wrote JSON output to {}", path.display()),
                     Err(e) => eprintln!("ferroccl-bench: cannot write {}: {e}", path.display()),
                 }
@@ -719,14 +715,14 @@ fn run(args: &Args, world: &World, multi_process: bool) -> Result<i32, String> {
 fn parse_rank_line(line: &str) -> Json {
     // "#  Rank %2d Group %2d Pid %6d on %10s device %2d [host memory]"
     let w: Vec<&str> = line.split_whitespace().collect();
-    let num = |i: usize| w.get(i).and_then(|s| s.parse::<i64>().ok()).map_or(Json::Null, Json::Int);
-    Json::obj(vec![
+    let num = |i: usize| w.get(i).and_then(|s| s.parse::<i64>().ok()).map_or(Json::Null, Json::from);
+    json::obj(vec![
         ("rank", num(2)),
         ("group", num(4)),
         ("pid", num(6)),
-        ("hostname", w.get(8).map_or(Json::Null, |s| Json::str(*s))),
+        ("hostname", w.get(8).map_or(Json::Null, |s| json::str(*s))),
         ("device", num(10)),
-        ("memory", Json::str("host")),
+        ("memory", json::str("host")),
     ])
 }
 
@@ -785,15 +781,15 @@ impl Measure {
     }
     fn json(&self) -> Json {
         let mut fields = vec![
-            ("time_us", Json::Num(self.time_us)),
-            ("algbw", Json::Num(self.algbw)),
-            ("busbw", Json::Num(self.busbw)),
-            ("wrong", self.wrong.map_or(Json::Null, |w| Json::Int(w as i64))),
+            ("time_us", Json::from(self.time_us)),
+            ("algbw", Json::from(self.algbw)),
+            ("busbw", Json::from(self.busbw)),
+            ("wrong", self.wrong.map_or(Json::Null, |w| Json::from(w as i64))),
         ];
         if !self.latencies_us.is_empty() {
-            fields.push(("latencies_us", Json::Arr(self.latencies_us.iter().map(|&us| Json::Num(us)).collect())));
+            fields.push(("latencies_us", Json::Array(self.latencies_us.iter().map(|&us| Json::from(us)).collect())));
         }
-        Json::obj(fields)
+        json::obj(fields)
     }
 }
 
@@ -1058,13 +1054,13 @@ impl Rank<'_> {
                 let ip = self.bench_time(dt, op, root, &counts, true);
                 if self.main {
                     println!("{}", ip.cell());
-                    self.out.rows.push(Json::obj(vec![
-                        ("collective", Json::str(plan.coll.name())),
-                        ("size", Json::Int(bytes as i64)),
-                        ("count", Json::Int(counts.param as i64)),
-                        ("type", Json::str(dt.name())),
-                        ("redop", Json::str(opname)),
-                        ("root", Json::Int(root)),
+                    self.out.rows.push(json::obj(vec![
+                        ("collective", json::str(plan.coll.name())),
+                        ("size", Json::from(bytes as i64)),
+                        ("count", Json::from(counts.param as i64)),
+                        ("type", json::str(dt.name())),
+                        ("redop", json::str(opname)),
+                        ("root", Json::from(root)),
                         ("oop", oop.json()),
                         ("ip", ip.json()),
                     ]));

@@ -3,7 +3,7 @@
 
 use std::process::{Command, Output};
 
-// The benchmark's own JSON reader (std only), to read what the canary writes.
+// The benchmark's own JSON module (serde_json), to read what the canary writes.
 #[cfg(feature = "tls")]
 #[allow(dead_code)]
 #[path = "../src/json.rs"]
@@ -71,7 +71,7 @@ mod with_tls {
         let out = cmd.output().unwrap();
         let (stdout, stderr) = text(&out);
         assert_eq!(out.status.code(), Some(0), "{cmd:?}\nstdout:\n{stdout}\nstderr:\n{stderr}");
-        let doc = Json::parse(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+        let doc = super::json::parse(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
         let _ = std::fs::remove_file(&json_path);
         (stdout, doc)
     }
@@ -108,14 +108,14 @@ mod with_tls {
         // The library's own reports, one per rank, carried through unchanged.
         let phases = doc.get("phases").unwrap();
         for (phase, encrypted) in [("plaintext", false), ("encrypted", true)] {
-            let reports = phases.get(phase).and_then(|p| p.get("encryption_reports")).and_then(Json::as_arr).unwrap();
+            let reports = phases.get(phase).and_then(|p| p.get("encryption_reports")).and_then(Json::as_array).unwrap();
             assert_eq!(reports.len(), 2, "{phase}");
             for report in reports {
                 let expected = if encrypted { "psk" } else { "none" };
                 assert_eq!(report.get("encryption").and_then(Json::as_str), Some(expected), "{phase}");
                 let net = report.get("net").unwrap();
                 assert!(net.get("count").and_then(Json::as_i64).unwrap() > 0, "{phase}: no socket data connection");
-                for security in net.get("security").and_then(Json::as_arr).unwrap() {
+                for security in net.get("security").and_then(Json::as_array).unwrap() {
                     assert_eq!(security.get("encrypted").and_then(Json::as_bool), Some(encrypted), "{phase}");
                 }
             }
@@ -139,7 +139,7 @@ mod with_tls {
         assert_eq!(stdout.matches("# Encryption canary: encrypted phase").count(), 2, "{stdout}");
         assert!(stdout.contains("#   rounds    : 2 (loss per round, %: "), "{stdout}");
         assert_eq!(doc.get("rounds").and_then(Json::as_i64), Some(2));
-        let losses = doc.get("loss_percent_per_round").and_then(Json::as_arr).expect("per-round losses");
+        let losses = doc.get("loss_percent_per_round").and_then(Json::as_array).expect("per-round losses");
         assert_eq!(losses.len(), 2);
     }
 

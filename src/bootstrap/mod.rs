@@ -7,19 +7,16 @@ pub mod mpi;
 pub mod root;
 
 use std::net::{SocketAddr, TcpListener};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::interrupt::Interrupt;
 use crate::tls;
+use crate::transport::exchange::Exchange;
 use crate::transport::socket::{self, ConnKind, Hello, Stream};
 pub use id::UniqueId;
 
-/// How long setup steps wait for peers (FERROCCL_BOOTSTRAP_TIMEOUT seconds).
-pub fn timeout() -> Duration {
-    static TIMEOUT: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *TIMEOUT.get_or_init(|| Duration::from_secs(crate::env::get_int("FERROCCL_BOOTSTRAP_TIMEOUT").max(1) as u64))
-}
+pub use crate::transport::socket::setup_timeout as timeout;
 
 /// Largest bootstrap message accepted from a peer; anything larger is garbage.
 const MAX_MESSAGE: usize = 64 << 20;
@@ -253,8 +250,22 @@ impl Bootstrap {
     }
 }
 
+impl Exchange for Bootstrap {
+    fn rank(&self) -> usize {
+        Bootstrap::rank(self)
+    }
+    fn nranks(&self) -> usize {
+        Bootstrap::nranks(self)
+    }
+    fn all_gather(&mut self, mine: &[u8]) -> Result<Vec<u8>> {
+        Bootstrap::all_gather(self, mine)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

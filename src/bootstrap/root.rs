@@ -5,49 +5,8 @@ use std::net::{SocketAddr, TcpListener};
 use std::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::transport::socket::{self, decode_addr, encode_addr, ConnKind, Hello, Stream, ADDR_BYTES};
-
-/// What a rank tells the root.
-pub struct RankInfo {
-    pub rank: u32,
-    pub nranks: u32,
-    pub addr: SocketAddr,
-}
-
-impl RankInfo {
-    pub fn encode(&self) -> Vec<u8> {
-        let mut b = vec![0u8; 8 + ADDR_BYTES];
-        b[0..4].copy_from_slice(&self.rank.to_le_bytes());
-        b[4..8].copy_from_slice(&self.nranks.to_le_bytes());
-        encode_addr(&self.addr, &mut b[8..]);
-        b
-    }
-    pub fn decode(b: &[u8]) -> Result<RankInfo> {
-        if b.len() != 8 + ADDR_BYTES {
-            return Err(Error::remote("root: malformed rank info"));
-        }
-        Ok(RankInfo {
-            rank: u32::from_le_bytes(b[0..4].try_into().expect("4 bytes")),
-            nranks: u32::from_le_bytes(b[4..8].try_into().expect("4 bytes")),
-            addr: decode_addr(&b[8..])?,
-        })
-    }
-}
-
-pub fn encode_table(addrs: &[SocketAddr]) -> Vec<u8> {
-    let mut b = vec![0u8; addrs.len() * ADDR_BYTES];
-    for (i, a) in addrs.iter().enumerate() {
-        encode_addr(a, &mut b[i * ADDR_BYTES..]);
-    }
-    b
-}
-
-pub fn decode_table(b: &[u8], nranks: usize) -> Result<Vec<SocketAddr>> {
-    if b.len() != nranks * ADDR_BYTES {
-        return Err(Error::remote("bootstrap: malformed address table from root"));
-    }
-    b.chunks(ADDR_BYTES).map(decode_addr).collect()
-}
+use crate::transport::socket::{self, ConnKind, Hello, Stream, ADDR_BYTES};
+pub use crate::wire::{decode_table, encode_table, RankInfo};
 
 /// Starts the root on `listener` for the communicator with `magic`.
 pub fn spawn(listener: TcpListener, magic: u64) -> Result<()> {

@@ -2,15 +2,21 @@
 //! in-place rules), algorithm choice, and execution of the resulting plans.
 //!
 //! - [`plan`]: the step data model; [`algo`]: plan generators (ring, tree, direct) and the
-//!   size-based choice; [`sim`]: a socket-free simulator used by tests;
-//! - [`reduce`]: element-wise kernels; [`exec`]: the progress engine.
+//!   size-based choice; `sim`: a socket-free simulator for the tests (not shipped);
+//! - [`plan_cache`]: plans by operation shape, per communicator; [`exec`]: the progress
+//!   engine; [`node`]: node-area algorithms;
+//! - `reduce`: the element-wise kernels, re-exported from the bottom-level [`crate::reduce`].
+//!
+//! Sits above `comm` (it runs on a communicator's connections); nothing below uses it.
 
 pub mod algo;
 pub mod exec;
 pub mod node;
 pub mod plan;
-pub mod reduce;
-pub mod sim;
+pub mod plan_cache;
+pub use crate::reduce;
+#[cfg(test)]
+mod sim;
 pub mod stream;
 
 use std::sync::Arc;
@@ -214,7 +220,7 @@ fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Resul
     if let Some(reason) = &choice.fallback_reason {
         log::info!(target: "TUNING", "{}: {reason}", req.op.name());
     }
-    let plan = comm.cached_plan(&args, choice.algorithm, tuning.chunk_bytes)?;
+    let plan = plan_cache::cached_plan(comm, &args, choice.algorithm, tuning.chunk_bytes)?;
     log::debug!(target: "COLL", "{} count {} datatype {} in_place {in_place} algorithm {} steps {}", req.op.name(), req.count, req.dtype, plan.algorithm, plan.steps.len());
     Ok(Work { plan, bufs, reduction: req.reduction, send_copy, node: None })
 }

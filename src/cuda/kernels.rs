@@ -3,7 +3,7 @@
 //!
 //! One "fold" kernel per (type, operator), `ferroccl_fold_<type>_<op>`, computes
 //! `out[i] = post(pre_0(in_0[i]) op ... op pre_{n-1}(in_{n-1}[i]))` left to right with the
-//! host path's arithmetic bit for bit (see `coll::reduce` and the comment atop `kernels.cu`):
+//! host path's arithmetic bit for bit (see `reduce` and the comment atop `kernels.cu`):
 //! the same result as `acc = prepare(in_0)`, then `acc = combine(incoming = acc, local = in_k)`
 //! for each further input, then `finalize(acc)`.
 //!
@@ -30,8 +30,8 @@ use cudarc::nvrtc::sys as nvrtc;
 
 use super::driver::{self, check};
 use super::stream::Stream;
-use crate::coll::reduce::{Post, Pre, ReduceKind, Reduction};
 use crate::error::{Error, Result};
+use crate::reduce::{Post, Pre, ReduceKind, Reduction};
 use crate::types::DataType;
 
 /// The most inputs one fold kernel takes.

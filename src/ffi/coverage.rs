@@ -5,8 +5,8 @@ use std::ffi::c_char;
 
 use super::{boundary, non_null};
 use crate::comm;
+use crate::coverage::Coverage;
 use crate::error::Error;
-use crate::tls::Coverage;
 use crate::types::{ncclComm_t, ncclResult_t};
 
 /// Writes a JSON object describing `comm`'s connections by transport and protection

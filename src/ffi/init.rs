@@ -6,6 +6,7 @@ use super::{boundary, non_null};
 use crate::bootstrap::{self, UniqueId};
 use crate::comm::{self, Comm};
 use crate::config::{self, CommConfig};
+use crate::coverage::Coverage;
 use crate::error::{Error, Result};
 use crate::group;
 use crate::types::{ncclComm_t, ncclConfig_t, ncclResult_t, ncclUniqueId};
@@ -194,6 +195,9 @@ pub extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
         }
         let c = comm::unregister(comm, "ncclCommDestroy")?;
         crate::coll::stream::drain_current_thread();
+        // One coverage line per communicator, at teardown: data connections are made on
+        // first use, so only then is the picture complete.
+        Coverage::log(&c);
         c.abort();
         log::info!(target: "DESTROY", "comm {:p} rank {} nranks {} - Destroy COMPLETE", comm, c.rank, c.nranks);
         Ok(())
@@ -208,6 +212,9 @@ pub extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
             return Ok(()); // as NCCL: aborting NULL is a no-op
         }
         let c = comm::unregister(comm, "ncclCommAbort")?;
+        // One coverage line per communicator, at teardown: data connections are made on
+        // first use, so only then is the picture complete.
+        Coverage::log(&c);
         c.abort();
         log::info!(target: "DESTROY", "comm {:p} rank {} nranks {} - Abort COMPLETE", comm, c.rank, c.nranks);
         Ok(())

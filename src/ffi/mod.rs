@@ -1,12 +1,12 @@
-#![allow(non_snake_case)]
-// C entry points take raw pointers by design; each checks them before use.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
 //! The C boundary: every `extern "C"` function of nccl.h lives in this module's files.
 //!
-//! Each export wraps its body in [`boundary`], which clears the thread's last error, catches
+//! Each export wraps its body in `boundary`, which clears the thread's last error, catches
 //! panics (a panic must never unwind into C), turns `Err` into NCCL's result codes and keeps the
 //! message for `ncclGetLastError`. Bodies check pointers and enum values first, then make one
 //! safe call into the library; out-parameters are written only on success.
+#![allow(non_snake_case)]
+// C entry points take raw pointers by design; each checks them before use.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use std::cell::RefCell;
 use std::ffi::{CStr, CString};

@@ -8,7 +8,13 @@
 //!
 //! [`links`] keeps one communicator's connections per peer and chooses the transport for each
 //! peer (network today; shared memory and P2P come first in the priority order later).
+//!
+//! Also here: [`socket`] (TCP building blocks the bootstrap uses too), [`socket_net`], [`shm`],
+//! [`node_area`], [`peer_mem`], [`netif`], and [`exchange`] (the all-gather transports need
+//! from the bootstrap, as a trait, so that they sit below it). Byte layouts are `wire`'s,
+//! reductions applied on receipt are `reduce`'s.
 
+pub mod exchange;
 pub mod links;
 pub mod netif;
 pub mod node_area;
@@ -115,9 +121,9 @@ pub enum RecvOp {
     /// `dst = incoming`.
     Copy,
     /// `dst = incoming (op) pre(local)`; `local` may be `dst` itself.
-    Combine { local: MemRegion, reduction: crate::coll::reduce::Reduction },
+    Combine { local: MemRegion, reduction: crate::reduce::Reduction },
     /// `dst = dst (op) incoming`.
-    Accumulate { reduction: crate::coll::reduce::Reduction },
+    Accumulate { reduction: crate::reduce::Reduction },
 }
 
 /// Applies `op` to bytes `[offset, offset + incoming.len())` of a receive into `dst`.

@@ -14,8 +14,8 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::exchange::Exchange;
 use super::peer_mem::{self, PeerMaps, SharedRef};
-use crate::bootstrap::Bootstrap;
 use crate::error::{Error, Result};
 
 const AREA_MAGIC: u64 = 0x4665_7272_6f4e_6f64;
@@ -118,7 +118,12 @@ impl NodeArea {
     /// Sets the area up across all ranks of a communicator whose ranks are all on this host
     /// (every rank must call it, in the same bootstrap order). `wanted` is this rank's
     /// opinion (configuration); the area exists only when every rank wants and reaches it.
-    pub fn establish(bootstrap: &mut Bootstrap, magic: u64, pids: &[u32], wanted: bool) -> Result<Option<NodeArea>> {
+    pub fn establish(
+        bootstrap: &mut impl Exchange,
+        magic: u64,
+        pids: &[u32],
+        wanted: bool,
+    ) -> Result<Option<NodeArea>> {
         let (rank, nranks) = (bootstrap.rank(), bootstrap.nranks());
         let len = area_bytes(nranks);
         let created = if rank == 0 && wanted { Some(create(len, magic, nranks)) } else { None };
@@ -127,7 +132,7 @@ impl NodeArea {
             _ => -1,
         };
         let fds = bootstrap.all_gather(&fd_word.to_le_bytes())?;
-        let root_fd = i64::from_le_bytes(fds[..8].try_into().expect("8 bytes"));
+        let root_fd = crate::wire::le_i64(&fds, "node area descriptor")?;
         let attached: std::result::Result<NodeArea, String> = if !wanted {
             Err("disabled by FERROCCL_NODE_COLL".into())
         } else if root_fd < 0 {

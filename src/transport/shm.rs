@@ -266,7 +266,7 @@ impl Net for ShmNet {
     fn connect(&self, handle: &[u8], me: ConnectorId) -> Result<Box<dyn NetSend>> {
         let name = std::str::from_utf8(handle).map_err(|_| Error::internal("bad shm handle"))?;
         let addr = UnixAddr::from_abstract_name(name).map_err(|e| Error::system("abstract socket name", e))?;
-        let deadline = Instant::now() + crate::bootstrap::timeout();
+        let deadline = Instant::now() + super::socket::setup_timeout();
         let sock = loop {
             match UnixStream::connect_addr(&addr) {
                 Ok(s) => break s,
@@ -279,7 +279,7 @@ impl Net for ShmNet {
                 Err(e) => return Err(Error::system(format!("connect to shared-memory peer @{name}"), e)),
             }
         };
-        sock.set_read_timeout(Some(crate::bootstrap::timeout())).map_err(|e| Error::system("SO_RCVTIMEO", e))?;
+        sock.set_read_timeout(Some(super::socket::setup_timeout())).map_err(|e| Error::system("SO_RCVTIMEO", e))?;
         let seg = Segment::create()?;
         seg.word(OFF_SENDER_PID).store(std::process::id() as u64, Ordering::Relaxed);
         seg.word(OFF_PROBE_ADDR).store(&PROBE as *const u64 as u64, Ordering::Relaxed);

@@ -13,21 +13,9 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::interrupt::Interrupt;
 use crate::tls;
+pub use crate::wire::{decode_addr, encode_addr, ConnKind, Hello, ADDR_BYTES, HELLO_BYTES};
 
-/// What a connection is for; sent in the hello so an acceptor can route it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub enum ConnKind {
-    /// A rank contacting the unique-id root.
-    Root = 1,
-    /// The bootstrap ring (rank -> rank+1).
-    Ring = 2,
-    /// A bootstrap point-to-point message.
-    BootstrapP2p = 3,
-    /// A data connection of the socket transport.
-    Data = 4,
-}
-
+/// Coverage classes of the hello's connection kinds (the kinds themselves are `wire`'s).
 impl ConnKind {
     /// The coverage class of a connection of this kind.
     pub fn channel(self) -> tls::Channel {
@@ -36,53 +24,13 @@ impl ConnKind {
             ConnKind::Data => tls::Channel::NetSocket,
         }
     }
-
-    fn from_u32(v: u32) -> Option<ConnKind> {
-        match v {
-            1 => Some(ConnKind::Root),
-            2 => Some(ConnKind::Ring),
-            3 => Some(ConnKind::BootstrapP2p),
-            4 => Some(ConnKind::Data),
-            _ => None,
-        }
-    }
 }
 
-/// First bytes of every connection: the communicator's magic, the purpose and the sender.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Hello {
-    pub magic: u64,
-    pub kind: ConnKind,
-    pub rank: u32,
-    /// Purpose-specific value (bootstrap tag, data channel index).
-    pub extra: u32,
-}
-
-pub const HELLO_BYTES: usize = 20;
-
-impl Hello {
-    pub fn encode(&self) -> [u8; HELLO_BYTES] {
-        let mut b = [0u8; HELLO_BYTES];
-        b[0..8].copy_from_slice(&self.magic.to_le_bytes());
-        b[8..12].copy_from_slice(&(self.kind as u32).to_le_bytes());
-        b[12..16].copy_from_slice(&self.rank.to_le_bytes());
-        b[16..20].copy_from_slice(&self.extra.to_le_bytes());
-        b
-    }
-
-    /// Parses a hello, rejecting a wrong magic or an unknown kind.
-    pub fn decode(b: &[u8; HELLO_BYTES], expected_magic: u64) -> Result<Hello> {
-        let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        let magic = u64::from_le_bytes(b[0..8].try_into().expect("8 bytes"));
-        if magic != expected_magic {
-            return Err(Error::remote(format!(
-                "connection with wrong magic {magic:#018x} (expected {expected_magic:#018x}) dropped"
-            )));
-        }
-        let kind = ConnKind::from_u32(word(8))
-            .ok_or_else(|| Error::remote(format!("connection of unknown kind {} dropped", word(8))))?;
-        Ok(Hello { magic, kind, rank: word(12), extra: word(16) })
-    }
+/// How long setup steps wait for peers (FERROCCL_BOOTSTRAP_TIMEOUT seconds): connecting,
+/// handshakes, the bootstrap (which re-exports this as `bootstrap::timeout`).
+pub fn setup_timeout() -> Duration {
+    static TIMEOUT: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *TIMEOUT.get_or_init(|| Duration::from_secs(crate::env::get_int("FERROCCL_BOOTSTRAP_TIMEOUT").max(1) as u64))
 }
 
 /// Which side of a connection (the connecting side is the TLS client).
@@ -570,51 +518,6 @@ pub fn wait_readable(fd: &impl std::os::fd::AsRawFd, timeout: Duration) -> bool 
     unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) > 0 }
 }
 
-/// Encodes a socket address in 28 bytes (family, port, address, scope), for ids and tables.
-pub fn encode_addr(addr: &SocketAddr, out: &mut [u8]) {
-    debug_assert!(out.len() >= ADDR_BYTES);
-    out[..ADDR_BYTES].fill(0);
-    match addr {
-        SocketAddr::V4(a) => {
-            out[0..2].copy_from_slice(&(libc::AF_INET as u16).to_le_bytes());
-            out[2..4].copy_from_slice(&a.port().to_be_bytes());
-            out[4..8].copy_from_slice(&a.ip().octets());
-        }
-        SocketAddr::V6(a) => {
-            out[0..2].copy_from_slice(&(libc::AF_INET6 as u16).to_le_bytes());
-            out[2..4].copy_from_slice(&a.port().to_be_bytes());
-            out[4..20].copy_from_slice(&a.ip().octets());
-            out[20..24].copy_from_slice(&a.scope_id().to_le_bytes());
-        }
-    }
-}
-
-pub const ADDR_BYTES: usize = 28;
-
-/// Decodes [`encode_addr`]'s format; garbage is an error.
-pub fn decode_addr(b: &[u8]) -> Result<SocketAddr> {
-    if b.len() < ADDR_BYTES {
-        return Err(Error::invalid_argument("address record too short"));
-    }
-    let family = u16::from_le_bytes([b[0], b[1]]) as i32;
-    let port = u16::from_be_bytes([b[2], b[3]]);
-    if port == 0 {
-        return Err(Error::invalid_argument("address record has port 0"));
-    }
-    match family {
-        libc::AF_INET => {
-            let ip: [u8; 4] = b[4..8].try_into().expect("4 bytes");
-            Ok(SocketAddr::from((ip, port)))
-        }
-        libc::AF_INET6 => {
-            let ip: [u8; 16] = b[4..20].try_into().expect("16 bytes");
-            let scope = u32::from_le_bytes(b[20..24].try_into().expect("4 bytes"));
-            Ok(SocketAddr::V6(std::net::SocketAddrV6::new(ip.into(), port, 0, scope)))
-        }
-        other => Err(Error::invalid_argument(format!("address record has unknown family {other}"))),
-    }
-}
-
 /// Parses NCCL_COMM_ID: `<ipv4>:<port>`, `[<ipv6>]:<port>` or `<host>:<port>`.
 pub fn parse_comm_id(spec: &str) -> Result<SocketAddr> {
     use std::net::ToSocketAddrs;
@@ -634,28 +537,6 @@ pub fn parse_comm_id(spec: &str) -> Result<SocketAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hello_round_trip_and_wrong_magic() {
-        let h = Hello { magic: 0x1234, kind: ConnKind::Data, rank: 3, extra: 9 };
-        assert_eq!(Hello::decode(&h.encode(), 0x1234).unwrap(), h);
-        assert!(Hello::decode(&h.encode(), 0x9999).is_err());
-        let mut garbage = h.encode();
-        garbage[8] = 77;
-        assert!(Hello::decode(&garbage, 0x1234).is_err());
-    }
-
-    #[test]
-    fn addr_codec() {
-        for s in ["127.0.0.1:5000", "[::1]:6000", "[fe80::1%3]:7"] {
-            let a: SocketAddr = s.parse().unwrap();
-            let mut b = [0u8; ADDR_BYTES];
-            encode_addr(&a, &mut b);
-            assert_eq!(decode_addr(&b).unwrap(), a);
-        }
-        assert!(decode_addr(&[0u8; ADDR_BYTES]).is_err());
-        assert!(decode_addr(&[1u8; 4]).is_err());
-    }
 
     #[test]
     fn comm_id_forms() {

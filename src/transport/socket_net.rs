@@ -30,9 +30,8 @@ use super::{ConnectorId, MemRegion, Net, NetHandle, NetListener, NetRecv, NetSen
 use crate::error::{Error, Result};
 use crate::tls;
 use crate::topo::CpuSet;
+use crate::wire::{frame_header, frame_len, FRAME_BYTES};
 
-const FRAME_MAGIC: u32 = 0x4c43_4346; // "FCCL"
-const FRAME_BYTES: usize = 16;
 /// Requests one connection queues at most (NCCL allows 32 per comm).
 const MAX_QUEUED: usize = 64;
 /// TLS: messages up to this size (with their header) are copied into one buffer, so a small
@@ -90,7 +89,7 @@ impl Net for SocketNet {
 
     fn connect(&self, handle: &[u8], me: ConnectorId) -> Result<Box<dyn NetSend>> {
         let addr: SocketAddr = decode_addr(handle)?;
-        let deadline = Instant::now() + crate::bootstrap::timeout();
+        let deadline = Instant::now() + socket::setup_timeout();
         let tcp = socket::connect_tcp(addr, deadline)?;
         let hello = Hello { magic: me.comm_magic, kind: ConnKind::Data, rank: me.rank, extra: me.channel };
         if let Some(n) = helper_sockets() {
@@ -251,7 +250,7 @@ impl Acceptor {
             return Ok(Some((a.id, recv)));
         }
         let key = (a.id.rank, a.id.channel);
-        let limit = Instant::now() + crate::bootstrap::timeout();
+        let limit = Instant::now() + socket::setup_timeout();
         let (slots, _) = self.groups.entry(key).or_insert_with(|| ((0..a.nsub).map(|_| None).collect(), limit));
         if slots.len() != a.nsub || slots[a.sub].is_some() {
             self.groups.remove(&key);
@@ -269,7 +268,7 @@ impl Acceptor {
 
 impl Acceptor {
     fn run(mut self, tx: &mpsc::Sender<Accepted>, ready: &EventFd, stop: &EventFd) {
-        let limit = crate::bootstrap::timeout();
+        let limit = socket::setup_timeout();
         loop {
             let mut fds = vec![
                 libc::pollfd { fd: self.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 },
@@ -552,9 +551,7 @@ impl NetSend for SocketSend {
         let id = self.next_id;
         self.next_id += 1;
         let mut head = Vec::with_capacity(FRAME_BYTES);
-        head.extend_from_slice(&FRAME_MAGIC.to_le_bytes());
-        head.extend_from_slice(&[0u8; 4]);
-        head.extend_from_slice(&(data.len() as u64).to_le_bytes());
+        head.extend_from_slice(&frame_header(data.len() as u64));
         // TLS: copy the start of the payload behind the header so the header shares a record
         // with it (all of a small message; one full record's worth of a large one).
         let head_payload = if crate::encryption::enabled() {
@@ -664,11 +661,7 @@ impl SocketRecv {
 }
 
 fn check_frame(header: &[u8; FRAME_BYTES], expected: usize, peer: SocketAddr) -> Result<()> {
-    let magic = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes"));
-    if magic != FRAME_MAGIC {
-        return Err(Error::remote(format!("garbage on the data connection from {peer} (bad frame magic {magic:#x})")));
-    }
-    let len = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
+    let len = frame_len(header).map_err(|e| e.context(&format!("data connection from {peer}")))?;
     if len != expected as u64 {
         return Err(Error::invalid_usage(format!(
             "message size mismatch: peer {peer} sent {len} bytes, {expected} were posted (do the ranks' calls match?)"
@@ -992,9 +985,7 @@ fn send_helper(
     while let Ok(region) = jobs.recv() {
         let data = region_bytes(&region);
         if !tls && (!data.is_empty() || sub == 0) {
-            let mut header = [0u8; FRAME_BYTES];
-            header[0..4].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
-            header[8..16].copy_from_slice(&(data.len() as u64).to_le_bytes());
+            let header = frame_header(data.len() as u64);
             write_all_two(&mut stream, &header, data).map_err(|e| socket::io_error(e, "send", peer))?;
         } else if !data.is_empty() || sub == 0 {
             // Header and the start of the payload in one record (all of a small message).
@@ -1004,9 +995,7 @@ fn send_helper(
                 tls::RECORD_BYTES - FRAME_BYTES
             };
             head.clear();
-            head.extend_from_slice(&FRAME_MAGIC.to_le_bytes());
-            head.extend_from_slice(&[0u8; 4]);
-            head.extend_from_slice(&(data.len() as u64).to_le_bytes());
+            head.extend_from_slice(&frame_header(data.len() as u64));
             head.extend_from_slice(&data[..n]);
             stream.write_all(&head).map_err(|e| socket::io_error(e, "send", peer))?;
             stream.write_all(&data[n..]).map_err(|e| socket::io_error(e, "send", peer))?;

@@ -7,6 +7,7 @@ mod cuda;
 mod cuda_kernels;
 mod errors;
 mod interrupts;
+mod layers;
 mod lifecycle;
 mod processes;
 mod tls;

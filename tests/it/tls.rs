@@ -434,7 +434,7 @@ fn ranks_on(id: ncclUniqueId) {
                     ncclResult_t::ncclInvalidArgument
                 );
                 let handle = ferroccl::comm::lookup(comm.0, "test").unwrap();
-                ferroccl::tls::Coverage::log(&handle);
+                ferroccl::coverage::Coverage::log(&handle);
                 drop(handle);
                 println!("REPORT {rank} {json}");
                 check(ncclCommDestroy(comm.0), "ncclCommDestroy");

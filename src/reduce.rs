@@ -1,5 +1,9 @@
 //! Element-wise reduction kernels on host memory, for all of NCCL's data types and operators.
 //!
+//! A bottom layer (it uses only `types` and `error`): the transports apply reductions as data
+//! lands, the collectives' executor and the communicator's operator table use them, and CUDA
+//! kernels will join here as siblings of the host ones. `coll::reduce` re-exports this module.
+//!
 //! The executor sees a reduction as [`Reduction`]: an operator ([`ReduceKind`]) plus NCCL's two
 //! extra steps, a `pre` multiply applied once to each rank's own input (PreMulSum, and `ncclAvg`
 //! on floating-point types) and a `post` divide applied once to the final result (`ncclAvg` on
