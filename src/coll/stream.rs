@@ -41,8 +41,6 @@ use crate::error::{Error, Result};
 
 /// Streams one worker can serve (each has a ready and an out flag).
 const MAX_STREAMS: usize = 256;
-/// Staging buffers kept for reuse per worker.
-const MAX_POOLED: usize = 32;
 
 /// The flags streams and the worker exchange: `done`, then `ready[slot]`, then `out[slot]`.
 struct Flags {
@@ -140,13 +138,10 @@ impl Shared {
             s.busy_until.clear();
             return Ok(s);
         }
-        // Make room: free buffers nobody uses any more, smallest first, past the pool's size.
-        while pool.len() >= MAX_POOLED {
-            match pool.iter().position(|s| self.is_free(s)) {
-                Some(i) => drop(pool.swap_remove(i)),
-                None => break,
-            }
-        }
+        // Pinned memory is never freed while the worker lives: freeing it can wait for every
+        // stream of the context, including one that waits on this library. Buffers are reused
+        // by size (a larger free one serves), so the pool stays within about twice the
+        // largest operation's bytes.
         drop(pool);
         Ok(Staging { mem: Pinned::new(len.next_power_of_two().max(4096))?, busy_until: Vec::new() })
     }

@@ -124,6 +124,18 @@ pub fn current_device() -> Option<i32> {
     (res == sys::CUresult::CUDA_SUCCESS).then_some(dev)
 }
 
+/// The primary context of device `dev` (the one the CUDA runtime uses), if CUDA is available.
+pub fn primary_context(dev: i32) -> Option<Context> {
+    if !available() {
+        return None;
+    }
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: the probe succeeded; out-pointer is a live local. The reference taken is kept for
+    // the process's life, as the runtime keeps its own.
+    let res = unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) };
+    (res == sys::CUresult::CUDA_SUCCESS && !ctx.is_null()).then_some(Context(ctx))
+}
+
 /// Makes `ctx` current on the calling thread (worker threads serving a rank's streams).
 pub fn make_current(ctx: Context) -> Result<()> {
     // SAFETY: ctx came from the driver and contexts are never destroyed by ferroccl.

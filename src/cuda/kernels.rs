@@ -498,6 +498,19 @@ fn load(image: &Image, t: usize) -> Result<TypeKernels> {
         // SAFETY: module was just loaded; the name is NUL-terminated; out-pointer is live.
         let res = unsafe { sys::cuModuleGetFunction(f, module, name.as_ptr()) };
         check(res, "cuModuleGetFunction")?;
+        // Load the function now even under CUDA's lazy loading: loading code later, while a
+        // stream of this context waits on a flag that only this library will set, can wait
+        // for that stream and deadlock (NCCL forces its kernels in at init for the same reason).
+        let mut threads: c_int = 0;
+        // SAFETY: f is a function of the loaded module; out-pointer is live.
+        let res = unsafe {
+            sys::cuFuncGetAttribute(
+                &mut threads,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                *f,
+            )
+        };
+        check(res, "cuFuncGetAttribute")?;
     }
     Ok(TypeKernels(functions))
 }

@@ -75,13 +75,18 @@ pub extern "C" fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *
         };
         crate::encryption::freeze();
         let id = bootstrap::create_unique_id()?;
+        let cuda_program = crate::cuda::driver::current_context().is_some();
         let threads: Vec<_> = devs
             .into_iter()
             .enumerate()
             .map(|(rank, dev)| {
-                std::thread::Builder::new()
-                    .name("ferroccl-init".into())
-                    .spawn(move || Comm::init_rank(&id, n, rank, CommConfig::default(), dev))
+                std::thread::Builder::new().name("ferroccl-init".into()).spawn(move || {
+                    let comm = Comm::init_rank(&id, n, rank, CommConfig::default(), dev)?;
+                    if cuda_program {
+                        prepare_device_kernels(crate::cuda::driver::primary_context(dev));
+                    }
+                    Ok(comm)
+                })
             })
             .collect::<std::io::Result<_>>()
             .map_err(|e| Error::system("spawn init thread", e))?;
@@ -159,15 +164,28 @@ fn init_rank_checked(
     // The device current at the call (cudaSetDevice before each init in a group), not on the
     // thread that later runs the deferred init.
     let device = current_device();
+    let context = crate::cuda::driver::current_context();
     group::init(Box::new(move || {
         if rank == 0 && uid.magic == bootstrap::id::COMM_ID_ENV_MAGIC {
             bootstrap::start_env_root(&uid)?;
         }
         let comm = Comm::init_rank(&uid, nranks, rank, cfg, device)?;
+        prepare_device_kernels(context);
         // SAFETY: the caller keeps `out` valid until the call (or the enclosing group) ends.
         unsafe { (out_addr as *mut ncclComm_t).write(comm::register_handle(comm)) };
         Ok(())
     }))
+}
+
+/// In a CUDA program, builds and loads the reduction kernels at init, while no stream waits on
+/// the library: loading code later could wait for such a stream. Without NVRTC this only
+/// warns; a reduction on device memory then fails with the reason.
+fn prepare_device_kernels(context: Option<crate::cuda::driver::Context>) {
+    let Some(ctx) = context else { return };
+    let prepared = crate::cuda::driver::make_current(ctx).and_then(|()| crate::cuda::kernels::prepare_current_device());
+    if let Err(e) = prepared {
+        log::warn!(target: "INIT", "CUDA reduction kernels are not available: {e}");
+    }
 }
 
 /// The CUDA device of the calling thread (0 without CUDA or without a current context).
@@ -294,6 +312,7 @@ fn init_mpi(out: *mut ncclComm_t, fcomm: c_int, cfg: CommConfig) -> Result<()> {
     let (rank, nranks, id) = bootstrap::mpi::exchange_id(fcomm, || Ok(bootstrap::create_unique_id()?.encode()))?;
     let uid = UniqueId::decode(&id)?;
     let comm = Comm::init_rank(&uid, nranks, rank, cfg, current_device())?;
+    prepare_device_kernels(crate::cuda::driver::current_context());
     // SAFETY: checked non-null.
     unsafe { out.write(comm::register_handle(comm)) };
     Ok(())

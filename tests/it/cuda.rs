@@ -86,9 +86,11 @@ impl Drop for DevBuf {
     }
 }
 
-fn sync_all() {
-    // SAFETY: a context is current.
-    cu(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize");
+/// Waits for this rank's stream only: ranks that are threads share a context, and waiting for
+/// the whole context would wait for another rank's stream, which may wait for this rank.
+fn sync(stream: *mut c_void) {
+    // SAFETY: the stream is live.
+    cu(unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) }, "cuStreamSynchronize");
 }
 
 fn new_stream() -> *mut c_void {
@@ -109,14 +111,14 @@ fn device_collectives(rank: usize, n: usize, comm: ncclComm_t) {
     let send = DevBuf::from(&input);
     let recv = DevBuf::new(count);
     check(ncclAllReduce(send.p(), recv.p(), count, F32, ncclRedOp_t(0), comm, stream), "allreduce");
-    sync_all();
+    sync(stream);
     let total_rank: f32 = (0..n).map(|r| r as f32 * 1000.0).sum();
     let expect: Vec<f32> = (0..count).map(|i| (i % 97) as f32 * n as f32 + total_rank).collect();
     assert_eq!(recv.download(), expect, "all-reduce out of place");
 
     // In place, then max.
     check(ncclAllReduce(recv.p(), recv.p(), count, F32, ncclRedOp_t(2), comm, stream), "allreduce max in place");
-    sync_all();
+    sync(stream);
     assert_eq!(recv.download(), expect, "max of equal values");
 
     // All-gather and reduce-scatter.
@@ -124,7 +126,7 @@ fn device_collectives(rank: usize, n: usize, comm: ncclComm_t) {
     check(ncclAllGather(send.p(), gathered.p(), count, F32, comm, stream), "allgather");
     let scattered = DevBuf::new(count);
     check(ncclReduceScatter(gathered.p(), scattered.p(), count, F32, ncclRedOp_t(0), comm, stream), "reducescatter");
-    sync_all();
+    sync(stream);
     let g = gathered.download();
     for r in 0..n {
         let want: Vec<f32> = (0..count).map(|i| (i % 97) as f32 + r as f32 * 1000.0).collect();
@@ -136,7 +138,7 @@ fn device_collectives(rank: usize, n: usize, comm: ncclComm_t) {
     // Broadcast from the last rank, in place.
     let b = DevBuf::from(&vec![rank as f32; count]);
     check(ncclBroadcast(b.p(), b.p(), count, F32, (n - 1) as i32, comm, stream), "broadcast");
-    sync_all();
+    sync(stream);
     assert!(b.download().iter().all(|&v| v == (n - 1) as f32), "broadcast");
 
     // PreMulSum with a host scalar of this rank's own.
@@ -148,7 +150,7 @@ fn device_collectives(rank: usize, n: usize, comm: ncclComm_t) {
     );
     let ones = DevBuf::from(&vec![1.0f32; count]);
     check(ncclAllReduce(ones.p(), recv.p(), count, F32, op, comm, stream), "allreduce premulsum");
-    sync_all();
+    sync(stream);
     let want: f32 = (0..n).map(|r| r as f32 + 2.0).sum();
     assert!(recv.download().iter().all(|&v| v == want), "premulsum");
 
@@ -160,7 +162,7 @@ fn device_collectives(rank: usize, n: usize, comm: ncclComm_t) {
     check(ncclSend(send.p(), count, F32, to as i32, comm, stream), "send");
     check(ncclRecv(got.p(), count, F32, from as i32, comm, stream), "recv");
     check(ncclGroupEnd(), "group end");
-    sync_all();
+    sync(stream);
     let want: Vec<f32> = (0..count).map(|i| (i % 97) as f32 + from as f32 * 1000.0).collect();
     assert_eq!(got.download(), want, "sendrecv");
 }
