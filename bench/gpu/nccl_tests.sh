@@ -10,7 +10,8 @@
 set -u
 PREFIX=$(cd "$1" && pwd) SRC=$(cd "$2" && pwd) MODE=${3:-smoke}
 OUT=${OUT:-$PWD/nccl-tests-out}
-mkdir -p "$OUT"
+BUILD=${BUILD:-/tmp/nccl-tests-build}
+mkdir -p "$OUT" "$BUILD"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export NCCL_NVLS_ENABLE=0
 MPI_HOME=${MPI_HOME:-/usr/lib/x86_64-linux-gnu/openmpi}
@@ -20,11 +21,11 @@ summary=()
 
 build() { # name nccl_home
   local name=$1 home=$2
-  if [ -x "$OUT/build-$name/all_reduce_perf" ]; then return 0; fi
+  if [ -x "$BUILD/$name/all_reduce_perf" ]; then return 0; fi
   echo "== building nccl-tests against $name ($home)"
   if ! make -C "$SRC" -j16 MPI=1 MPI_HOME="$MPI_HOME" CUDA_HOME="$CUDA_HOME" NCCL_HOME="$home" \
-      NVCC_GENCODE="$GENCODE" BUILDDIR="$OUT/build-$name" >"$OUT/build-$name.log" 2>&1; then
-    echo "BUILD FAILED against $name:"; grep -m20 -E "error|Error" "$OUT/build-$name.log"; tail -5 "$OUT/build-$name.log"
+      NVCC_GENCODE="$GENCODE" BUILDDIR="$BUILD/$name" >"$BUILD/$name.log" 2>&1; then
+    echo "BUILD FAILED against $name:"; grep -m20 -E "error|Error" "$BUILD/$name.log"; tail -5 "$BUILD/$name.log"
     return 1
   fi
 }
@@ -34,7 +35,7 @@ run() { # label np timeout_s binary args...
   shift 4
   local log="$OUT/$label.log"
   echo "== $label: np=$np $bin $*"
-  timeout "$t" mpirun -np "$np" --bind-to none -x NCCL_TESTS_DEVICE=0 -x LD_LIBRARY_PATH -x NCCL_DEBUG \
+  timeout "$t" mpirun -np "$np" --bind-to none -x NCCL_TESTS_DEVICE=0 -x LD_LIBRARY_PATH -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS -x NCCL_P2P_DISABLE \
     -x FERROCCL_TIMEOUT -x NCCL_NVLS_ENABLE "$bin" "$@" >"$log" 2>&1
   local rc=$?
   local wrong bw
@@ -47,7 +48,7 @@ run() { # label np timeout_s binary args...
 
 nvidia-smi -L
 build ferroccl "$PREFIX" || exit 1
-B=$OUT/build-ferroccl
+B=$BUILD/ferroccl
 export LD_LIBRARY_PATH=$PREFIX/lib:${LD_LIBRARY_PATH:-}
 case "$MODE" in
   smoke)
@@ -55,6 +56,7 @@ case "$MODE" in
     run ar-np2 2 60 "$B/all_reduce_perf" -b 8 -e 8M -f 8 -c 1 -n 5 -w 1
     run ag-np2 2 60 "$B/all_gather_perf" -b 8 -e 8M -f 8 -c 1 -n 5 -w 1
     run sr-np2 2 60 "$B/sendrecv_perf" -b 8 -e 8M -f 8 -c 1 -n 5 -w 1
+    run ar-np4 4 60 "$B/all_reduce_perf" -b 8 -e 8M -f 8 -c 1 -n 5 -w 1 -d all -o all
     ;;
   matrix)
     for np in ${NPS:-1 2 4}; do
@@ -70,7 +72,7 @@ case "$MODE" in
     ;;
   compare)
     here=$(cd "$(dirname "$0")" && pwd)
-    nvcc -O2 $GENCODE "$here/copy_bw.cu" -o "$OUT/copy_bw" && "$OUT/copy_bw" 1024 | tee "$OUT/copy_bw.log"
+    nvcc -O2 $GENCODE "$here/copy_bw.cu" -o "$BUILD/copy_bw" && "$BUILD/copy_bw" 1024 | tee "$OUT/copy_bw.log"
     ref=${NCCL_REF_HOME:-}
     if [ -z "$ref" ]; then
       lib=$(ldconfig -p | awk '/libnccl.so.2 /{print $NF; exit}')
@@ -79,7 +81,7 @@ case "$MODE" in
     fi
     echo "reference NCCL: $ref ($(ldconfig -p | grep -m1 libnccl.so.2))"
     if build nccl "$ref"; then
-      R=$OUT/build-nccl
+      R=$BUILD/nccl
       for t in ${TESTS:-all_reduce}; do
         LD_LIBRARY_PATH=${LD_LIBRARY_PATH#$PREFIX/lib:} run "nccl-$t-np1" 1 240 "$R/${t}_perf" -b 8 -e 1G -f 4 -c 1 -n 20 -w 5
         run "ferroccl-$t-np1" 1 240 "$B/${t}_perf" -b 8 -e 1G -f 4 -c 1 -n 20 -w 5
