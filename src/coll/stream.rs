@@ -375,6 +375,9 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
         if req.mem.is_device() && kind == JobKind::Staged {
             let (send_len, recv_len) = buffer_lengths(&req, comm.rank, comm.nranks)?;
             host.mem = MemKind::Host;
+            // The host engine never sees a device address, even of a buffer it does not use.
+            host.send = std::ptr::null();
+            host.recv = std::ptr::null_mut();
             if send_len > 0 {
                 let s = shared.take_staging(send_len)?;
                 // SAFETY: the staging buffer is kept (by the job, then the pool's busy marks)
@@ -617,6 +620,13 @@ fn launch_for_all(comm: &Comm, reqs: &[OpRequest], all: &[u8], desc_len: usize, 
         };
         let fold = |out: *mut u8, inputs: &[*const u8]| -> Result<()> {
             let red = req.reduction.ok_or_else(|| Error::internal("reduction without an operator"))?;
+            if !kernels::loaded(req.dtype) {
+                // Building them now could wait for streams that wait on this very operation.
+                return Err(Error::invalid_usage(
+                    "the CUDA reduction kernels were not built for this context: create communicators with \
+                     the CUDA device current (cudaSetDevice before ncclCommInitRank), as NCCL requires",
+                ));
+            }
             let has_pre = red.has_pre();
             let f = kernels::Fold {
                 dtype: req.dtype,

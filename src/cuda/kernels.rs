@@ -563,6 +563,14 @@ pub fn prepare_current_device() -> Result<()> {
     ensure(&all).map(|_| ())
 }
 
+/// Whether the kernels of `dtype` are loaded in the calling thread's current context (built
+/// at communicator creation in CUDA programs).
+pub fn loaded(dtype: DataType) -> bool {
+    let Some(ctx) = driver::current_context() else { return false };
+    let t = kernel_index(dtype, ReduceKind::Sum) / OP_NAMES.len();
+    cache().contexts.get(&(ctx.0 as usize)).is_some_and(|c| c.types[t].is_some())
+}
+
 /// Drops the kernels cached for the current context (call before an application destroys it
 /// if a new context might reuse its address).
 pub fn forget_current_context() {

@@ -17,7 +17,7 @@ use ferroccl::ffi::mem::{ncclMemAlloc, ncclMemFree};
 use ferroccl::ffi::query::ncclRedOpCreatePreMulSum;
 use ferroccl::types::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclScalarResidence_t};
 
-use crate::common::{check, unique_id, with_ranks};
+use crate::common::{check, unique_id, Comm};
 
 /// Makes device 0's primary context current on this thread; false (with the reason printed
 /// once by the caller) where CUDA cannot be used.
@@ -32,6 +32,41 @@ pub fn gpu_context() -> bool {
     }
     // SAFETY: ctx came from the driver.
     unsafe { sys::cuCtxSetCurrent(ctx) == sys::CUresult::CUDA_SUCCESS }
+}
+
+/// Ranks as threads of a CUDA program: each makes the device current before creating its
+/// communicator, as NCCL requires (the library builds its kernels then, while no stream waits
+/// on it), runs `body`, and destroys the communicator.
+fn with_ranks<T: Send + 'static>(n: usize, body: impl Fn(usize, Comm) -> T + Send + Sync + 'static) -> Vec<T> {
+    let id = unique_id();
+    let body = std::sync::Arc::new(body);
+    let threads: Vec<_> = (0..n)
+        .map(|rank| {
+            let body = body.clone();
+            std::thread::spawn(move || {
+                assert!(gpu_context(), "rank thread could not make the context current");
+                let mut comm: ncclComm_t = std::ptr::null_mut();
+                check(ncclCommInitRank(&mut comm, n as i32, id, rank as i32), "ncclCommInitRank");
+                let out = body(rank, Comm(comm));
+                check(ncclCommDestroy(comm), "ncclCommDestroy");
+                out
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().expect("rank thread panicked")).collect()
+}
+
+/// Checks a device buffer against the expected values, naming the first difference.
+fn expect_eq(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    if let Some(i) = got.iter().zip(want).position(|(g, w)| g.to_bits() != w.to_bits()) {
+        panic!(
+            "{what}: element {i} is {} but should be {} (got[0..4] {:?})",
+            got[i],
+            want[i],
+            &got[..got.len().min(4)]
+        );
+    }
 }
 
 fn skip(test: &str) -> bool {
@@ -114,12 +149,12 @@ fn device_collectives(rank: usize, n: usize, comm: ncclComm_t) {
     sync(stream);
     let total_rank: f32 = (0..n).map(|r| r as f32 * 1000.0).sum();
     let expect: Vec<f32> = (0..count).map(|i| (i % 97) as f32 * n as f32 + total_rank).collect();
-    assert_eq!(recv.download(), expect, "all-reduce out of place");
+    expect_eq(&recv.download(), &expect, "all-reduce out of place");
 
     // In place, then max.
     check(ncclAllReduce(recv.p(), recv.p(), count, F32, ncclRedOp_t(2), comm, stream), "allreduce max in place");
     sync(stream);
-    assert_eq!(recv.download(), expect, "max of equal values");
+    expect_eq(&recv.download(), &expect, "max of equal values");
 
     // All-gather and reduce-scatter.
     let gathered = DevBuf::new(count * n);
@@ -133,13 +168,13 @@ fn device_collectives(rank: usize, n: usize, comm: ncclComm_t) {
         assert_eq!(&g[r * count..(r + 1) * count], &want[..], "all-gather block {r}");
     }
     let mine = &g[rank * count..(rank + 1) * count];
-    assert_eq!(scattered.download(), mine.iter().map(|v| v * n as f32).collect::<Vec<_>>(), "reduce-scatter");
+    expect_eq(&scattered.download(), &mine.iter().map(|v| v * n as f32).collect::<Vec<_>>(), "reduce-scatter");
 
     // Broadcast from the last rank, in place.
     let b = DevBuf::from(&vec![rank as f32; count]);
     check(ncclBroadcast(b.p(), b.p(), count, F32, (n - 1) as i32, comm, stream), "broadcast");
     sync(stream);
-    assert!(b.download().iter().all(|&v| v == (n - 1) as f32), "broadcast");
+    expect_eq(&b.download(), &vec![(n - 1) as f32; count], "broadcast in place");
 
     // PreMulSum with a host scalar of this rank's own.
     let scalar = rank as f32 + 2.0;
@@ -152,7 +187,7 @@ fn device_collectives(rank: usize, n: usize, comm: ncclComm_t) {
     check(ncclAllReduce(ones.p(), recv.p(), count, F32, op, comm, stream), "allreduce premulsum");
     sync(stream);
     let want: f32 = (0..n).map(|r| r as f32 + 2.0).sum();
-    assert!(recv.download().iter().all(|&v| v == want), "premulsum");
+    expect_eq(&recv.download(), &vec![want; count], "premulsum");
 
     // Send/recv in a ring (the staged path).
     let to = (rank + 1) % n;
@@ -164,7 +199,7 @@ fn device_collectives(rank: usize, n: usize, comm: ncclComm_t) {
     check(ncclGroupEnd(), "group end");
     sync(stream);
     let want: Vec<f32> = (0..count).map(|i| (i % 97) as f32 + from as f32 * 1000.0).collect();
-    assert_eq!(got.download(), want, "sendrecv");
+    expect_eq(&got.download(), &want, "sendrecv");
 }
 
 #[test]
