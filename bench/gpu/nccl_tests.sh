@@ -42,6 +42,7 @@ run() { # label np timeout_s binary args...
   wrong=$(grep -E "Out of bounds values" "$log" | awk '{print $NF, $(NF-1)}' | head -1)
   bw=$(grep -E "Avg bus bandwidth" "$log" | awk '{print $NF}')
   summary+=("$(printf '%-40s rc=%-3s %-22s avg busbw %s' "$label" "$rc" "${wrong:-no-footer}" "${bw:--}")")
+  echo "${summary[-1]}" >>"$OUT/summary.txt"
   grep -E "^ +[0-9]+ " "$log" | tail -n 4
   [ $rc -eq 0 ] || { echo "   (rc $rc) last lines:"; tail -n 15 "$log"; }
 }
