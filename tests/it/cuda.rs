@@ -102,6 +102,10 @@ impl DevBuf {
     fn upload(&self, v: &[f32]) {
         // SAFETY: the buffer holds len floats; v is a live host slice of that many.
         cu(unsafe { sys::cuMemcpyHtoD_v2(self.ptr, v.as_ptr().cast(), v.len() * 4) }, "cuMemcpyHtoD");
+        // From pageable memory that copy may return before its DMA has landed, and the ranks'
+        // non-blocking streams do not wait for the legacy stream: wait for it here.
+        // SAFETY: the legacy default stream (NULL) always exists in a current context.
+        cu(unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) }, "cuStreamSynchronize(legacy)");
     }
     fn download(&self) -> Vec<f32> {
         let mut v = vec![0f32; self.len];
@@ -234,23 +238,25 @@ fn device_buffers_are_stream_ordered() {
         let count = 1 << 20;
         let send = DevBuf::new(count);
         let recv = DevBuf::new(count);
-        let mut host = vec![0f32; count];
+        // Pinned host memory: a copy into pageable memory blocks the calling thread inside the
+        // driver, which can keep this process's other threads (the library's workers) out.
+        let mut pinned: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a context is current; out-pointer is live.
+        cu(unsafe { sys::cuMemAllocHost_v2(&mut pinned, count * 4) }, "cuMemAllocHost");
+        // SAFETY: count floats of pinned memory, freed at the end of this closure.
+        let host = unsafe { std::slice::from_raw_parts_mut(pinned as *mut f32, count) };
         for _ in 0..3 {
             // SAFETY: send holds count floats; stream is live.
             cu(unsafe { sys::cuMemsetD32Async(send.ptr, 2.5f32.to_bits(), count, stream as sys::CUstream) }, "memset");
             check(ncclAllReduce(send.p(), recv.p(), count, F32, ncclRedOp_t(0), comm.0, stream), "allreduce");
             // SAFETY: host holds count floats and outlives the synchronize below.
-            cu(
-                unsafe {
-                    sys::cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), recv.ptr, count * 4, stream as sys::CUstream)
-                },
-                "copy back",
-            );
-            // SAFETY: stream is live.
-            cu(unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) }, "sync");
-            assert!(host.iter().all(|&v| v == 5.0), "result not ordered on the stream");
+            cu(unsafe { sys::cuMemcpyDtoHAsync_v2(pinned, recv.ptr, count * 4, stream as sys::CUstream) }, "copy back");
+            sync(stream);
+            expect_eq(host, &vec![5.0; count], "result ordered on the stream");
             host.fill(0.0);
         }
+        // SAFETY: allocated above, no longer used.
+        cu(unsafe { sys::cuMemFreeHost(pinned) }, "cuMemFreeHost");
     });
 }
 
