@@ -61,7 +61,7 @@ case "$MODE" in
     ;;
   matrix)
     for np in ${NPS:-1 2 4}; do
-      for t in all_reduce all_gather broadcast reduce reduce_scatter alltoall sendrecv gather scatter hypercube; do
+      for t in ${TESTS:-all_reduce all_gather broadcast reduce reduce_scatter alltoall sendrecv gather scatter hypercube}; do
         run "$t-np$np" "$np" 120 "$B/${t}_perf" -b 8 -e ${MAXB:-1M} -f 32 -d all -o all -c 1 -n ${ITERS:-2} -w 1
       done
     done
