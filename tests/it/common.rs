@@ -33,15 +33,26 @@ pub fn unique_id() -> ncclUniqueId {
 
 /// Runs `body(rank, comm)` on `n` threads, one communicator each; destroys them afterwards.
 pub fn with_ranks<T: Send + 'static>(n: usize, body: impl Fn(usize, Comm) -> T + Send + Sync + 'static) -> Vec<T> {
+    with_prepared_ranks(n, || {}, body)
+}
+
+/// [`with_ranks`], with `prepare()` run on each rank's thread before its communicator is made
+/// (a CUDA test makes the device current there).
+pub fn with_prepared_ranks<T: Send + 'static>(
+    n: usize,
+    prepare: impl Fn() + Send + Sync + 'static,
+    body: impl Fn(usize, Comm) -> T + Send + Sync + 'static,
+) -> Vec<T> {
     let id = unique_id();
-    let body = Arc::new(body);
+    let shared = Arc::new((prepare, body));
     let threads: Vec<_> = (0..n)
         .map(|rank| {
-            let body = body.clone();
+            let shared = shared.clone();
             std::thread::spawn(move || {
+                (shared.0)();
                 let mut comm: ncclComm_t = std::ptr::null_mut();
                 check(ncclCommInitRank(&mut comm, n as i32, id, rank as i32), "ncclCommInitRank");
-                let out = body(rank, Comm(comm));
+                let out = (shared.1)(rank, Comm(comm));
                 check(ncclCommDestroy(comm), "ncclCommDestroy");
                 out
             })

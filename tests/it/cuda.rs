@@ -17,7 +17,7 @@ use ferroccl::ffi::mem::{ncclMemAlloc, ncclMemFree};
 use ferroccl::ffi::query::ncclRedOpCreatePreMulSum;
 use ferroccl::types::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclScalarResidence_t};
 
-use crate::common::{check, unique_id, Comm};
+use crate::common::{check, unique_id, with_prepared_ranks, Comm};
 
 /// Makes device 0's primary context current on this thread; false (with the reason printed
 /// once by the caller) where CUDA cannot be used.
@@ -36,24 +36,9 @@ pub fn gpu_context() -> bool {
 
 /// Ranks as threads of a CUDA program: each makes the device current before creating its
 /// communicator, as NCCL requires (the library builds its kernels then, while no stream waits
-/// on it), runs `body`, and destroys the communicator.
+/// on it).
 fn with_ranks<T: Send + 'static>(n: usize, body: impl Fn(usize, Comm) -> T + Send + Sync + 'static) -> Vec<T> {
-    let id = unique_id();
-    let body = std::sync::Arc::new(body);
-    let threads: Vec<_> = (0..n)
-        .map(|rank| {
-            let body = body.clone();
-            std::thread::spawn(move || {
-                assert!(gpu_context(), "rank thread could not make the context current");
-                let mut comm: ncclComm_t = std::ptr::null_mut();
-                check(ncclCommInitRank(&mut comm, n as i32, id, rank as i32), "ncclCommInitRank");
-                let out = body(rank, Comm(comm));
-                check(ncclCommDestroy(comm), "ncclCommDestroy");
-                out
-            })
-        })
-        .collect();
-    threads.into_iter().map(|t| t.join().expect("rank thread panicked")).collect()
+    with_prepared_ranks(n, || assert!(gpu_context(), "rank thread could not make the context current"), body)
 }
 
 /// Checks a device buffer against the expected values, naming the first difference.
