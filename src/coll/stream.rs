@@ -343,6 +343,7 @@ fn single_rank(req: &OpRequest) -> Result<()> {
                     Post::None => None,
                 },
                 count: req.count,
+                more_outs: &[],
             };
             // SAFETY: both buffers are the caller's device memory of `count` elements, valid
             // until the stream has run the kernel (API contract).
@@ -618,7 +619,7 @@ fn launch_for_all(comm: &Comm, reqs: &[OpRequest], all: &[u8], desc_len: usize, 
             // at these offsets, by NCCL's buffer-size rules.
             unsafe { stream.copy(dst, src, block) }
         };
-        let fold = |out: *mut u8, inputs: &[*const u8]| -> Result<()> {
+        let fold = |out: *mut u8, more_outs: &[*mut u8], inputs: &[*const u8]| -> Result<()> {
             let red = req.reduction.ok_or_else(|| Error::internal("reduction without an operator"))?;
             if !kernels::loaded(req.dtype) {
                 // Building them now could wait for streams that wait on this very operation.
@@ -639,6 +640,7 @@ fn launch_for_all(comm: &Comm, reqs: &[OpRequest], all: &[u8], desc_len: usize, 
                     Post::None => None,
                 },
                 count: req.count,
+                more_outs,
             };
             // SAFETY: out and inputs are live device buffers of `count` elements (as for copy).
             unsafe { kernels::fold(stream, &f) }
@@ -647,17 +649,13 @@ fn launch_for_all(comm: &Comm, reqs: &[OpRequest], all: &[u8], desc_len: usize, 
         // `n * block` bytes where a block index is added.
         let at = |p: *const u8, k: usize| p.wrapping_add(k * block);
         match req.op {
-            CollOp::AllReduce => {
-                fold(recv[0], &send)?;
-                for k in 1..n {
-                    copy(recv[k], recv[0])?;
-                }
-            }
-            CollOp::Reduce { root } => fold(recv[root], &send)?,
+            // One pass: every input read once, every rank's output written once.
+            CollOp::AllReduce => fold(recv[0], &recv[1..], &send)?,
+            CollOp::Reduce { root } => fold(recv[root], &[], &send)?,
             CollOp::ReduceScatter => {
                 for k in 0..n {
                     let inputs: Vec<*const u8> = send.iter().map(|&s| at(s, k)).collect();
-                    fold(recv[k], &inputs)?;
+                    fold(recv[k], &[], &inputs)?;
                 }
             }
             CollOp::AllGather => {

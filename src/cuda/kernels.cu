@@ -44,6 +44,10 @@ struct FoldParams {
     int n_in;
     // Bit k set: input k is multiplied by its scalar before it is folded in.
     u32 pre_mask;
+    // More buffers that receive the same result (an all-reduce's other ranks); each may be one
+    // of the inputs, as out may.
+    u64 n_more;
+    void* more_out[FERROCCL_MAX_INPUTS];
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -275,6 +279,7 @@ static __device__ __forceinline__ void fold_one(const FoldParams& p, const typen
     }
     if (p.post_div != 0) acc = T::div(acc, p.post_div);
     ((S*)p.out)[i] = acc;
+    for (u64 m = 0; m < p.n_more; ++m) ((S*)p.more_out[m])[i] = acc;
 }
 
 template <typename T, int OP>
@@ -293,6 +298,7 @@ static __device__ __forceinline__ void fold(const FoldParams& p) {
     // 16-byte loads and stores when every pointer is 16-byte aligned.
     u64 misaligned = (u64)p.out;
     for (int k = 0; k < p.n_in; ++k) misaligned |= (u64)p.in[k];
+    for (u64 m = 0; m < p.n_more; ++m) misaligned |= (u64)p.more_out[m];
     u64 head = 0;
     if ((misaligned & 15u) == 0) {
         const u64 packs = p.count / E;
@@ -318,6 +324,7 @@ static __device__ __forceinline__ void fold(const FoldParams& p) {
                 for (int e = 0; e < E; ++e) acc.e[e] = T::div(acc.e[e], p.post_div);
             }
             ((Vec16*)p.out)[j] = acc.v;
+            for (u64 m = 0; m < p.n_more; ++m) ((Vec16*)p.more_out[m])[j] = acc.v;
         }
         head = packs * E;
     }

@@ -114,6 +114,9 @@ pub struct Fold<'a> {
     /// Integer average: divide the result by this (non-zero) count.
     pub post_div: Option<u64>,
     pub count: usize,
+    /// Up to [`MAX_INPUTS`] more buffers that get the same result in the same pass (each may
+    /// be one of the inputs): an all-reduce writes every rank's output while it reads.
+    pub more_outs: &'a [*mut u8],
 }
 
 /// What a host-path [`Reduction`] asks of the fold kernel: its operator, the pre step of each
@@ -142,9 +145,11 @@ pub struct FoldParams {
     post_div: u64,
     n_in: c_int,
     pre_mask: u32,
+    n_more: u64,
+    more_out: [u64; MAX_INPUTS],
 }
 
-const _: () = assert!(size_of::<FoldParams>() == 416);
+const _: () = assert!(size_of::<FoldParams>() == 416 + 8 + 8 * MAX_INPUTS);
 
 /// Checks a fold and lays out the kernel's parameters (what [`fold`] launches with; public so
 /// that tests can run kernels.cu's code on the host).
@@ -159,7 +164,12 @@ pub fn fold_params(f: &Fold<'_>) -> Result<FoldParams> {
     if f.post_div == Some(0) {
         return Err(Error::internal("fold kernel: post-divide by zero"));
     }
-    if f.count > 0 && (f.out.is_null() || f.inputs.iter().any(|p| p.is_null())) {
+    if f.more_outs.len() > MAX_INPUTS {
+        return Err(Error::internal(format!("fold kernel: {} more outputs (at most {MAX_INPUTS})", f.more_outs.len())));
+    }
+    if f.count > 0
+        && (f.out.is_null() || f.inputs.iter().any(|p| p.is_null()) || f.more_outs.iter().any(|p| p.is_null()))
+    {
         return Err(Error::internal("fold kernel: NULL buffer"));
     }
     let mut p = FoldParams {
@@ -171,7 +181,12 @@ pub fn fold_params(f: &Fold<'_>) -> Result<FoldParams> {
         post_div: f.post_div.unwrap_or(0),
         n_in: n as c_int,
         pre_mask: 0,
+        n_more: f.more_outs.len() as u64,
+        more_out: [0; MAX_INPUTS],
     };
+    for (slot, out) in p.more_out.iter_mut().zip(f.more_outs) {
+        *slot = *out as u64;
+    }
     for (k, input) in f.inputs.iter().enumerate() {
         p.inputs[k] = *input as u64;
     }
@@ -671,6 +686,7 @@ mod tests {
             pre,
             post_div,
             count: 10,
+            more_outs: &[],
         }
     }
 

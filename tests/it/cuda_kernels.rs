@@ -416,7 +416,14 @@ fn run_case(
         _ => bufs.slots[MAX_INPUTS].wrapping_add(if n == 2 { size } else { 0 }),
     };
     let in_ptrs: Vec<*const u8> = ptrs.iter().map(|p| *p as *const u8).collect();
-    let fold = Fold { dtype, kind, out, inputs: &in_ptrs, pre: &dev_pre, post_div, count };
+    // n == 3 also writes the result over input 1 (an in-place all-reduce's other rank) and
+    // n == 16 into a spare buffer.
+    let more_outs: Vec<*mut u8> = match n {
+        3 => vec![ptrs[1]],
+        16 => vec![bufs.slots[MAX_INPUTS]],
+        _ => Vec::new(),
+    };
+    let fold = Fold { dtype, kind, out, inputs: &in_ptrs, pre: &dev_pre, post_div, count, more_outs: &more_outs };
     // SAFETY: every pointer comes from the executor and holds count elements (plus slack for
     // the shifted ones).
     unsafe { bufs.exec.fold(&fold) };
@@ -426,6 +433,13 @@ fn run_case(
     let want = host_fold(dtype, kind, &inputs, &host_pre, post);
     totals.cases += 1;
     totals.elements += count;
+    for (m, extra) in more_outs.iter().enumerate() {
+        let mut also = vec![0u8; count * size];
+        bufs.exec.download(&mut also, *extra);
+        if also != want {
+            totals.failures.push(format!("{dtype} {kind:?} {mode:?} n={n} count={count}: more output {m} differs"));
+        }
+    }
     if got != want {
         let i = (0..count).find(|&i| got[i * size..(i + 1) * size] != want[i * size..(i + 1) * size]).unwrap_or(0);
         let hex = |b: &[u8]| b.iter().rev().map(|x| format!("{x:02x}")).collect::<String>();
@@ -470,6 +484,7 @@ fn run_all(exec: &dyn Exec, counts: &[usize], label: &str) {
         pre: &[],
         post_div: None,
         count: 0,
+        more_outs: &[],
     };
     // SAFETY: nothing is read or written for count 0.
     unsafe { exec.fold(&empty) };
