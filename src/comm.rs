@@ -384,11 +384,11 @@ impl Comm {
 fn network() -> Result<Arc<dyn Net>> {
     static NET: OnceLock<std::result::Result<Arc<dyn Net>, Error>> = OnceLock::new();
     let net = NET.get_or_init(|| {
-        let selection = net_select::select(&NetPolicy::from_env(), &SysfsIbProbe::system())?;
+        let selection = net_select::select(&NetPolicy::from_env(), &SysfsIbProbe::system());
         for line in &selection.log {
             log::info!(target: "NET", "{line}");
         }
-        match selection.kind {
+        match selection.kind? {
             NetKind::Socket => socket_network(),
         }
     });

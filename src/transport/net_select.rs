@@ -64,23 +64,30 @@ impl IbProbe for SysfsIbProbe<'_> {
     }
 }
 
-/// The network chosen and the NET lines to log, in order.
-#[derive(Debug, PartialEq, Eq)]
+/// The network chosen and the NET lines to log, in order (logged whether or not the choice
+/// succeeded: they say what the probe found).
+#[derive(Debug)]
 pub struct Selection {
-    pub kind: NetKind,
+    pub kind: Result<NetKind>,
     pub log: Vec<String>,
 }
 
 /// Chooses the network: IB when present, enabled and built (never yet), else sockets.
 /// `NCCL_NET` naming an unknown or unavailable network is `ncclInvalidUsage`.
-pub fn select(policy: &NetPolicy, probe: &dyn IbProbe) -> Result<Selection> {
+pub fn select(policy: &NetPolicy, probe: &dyn IbProbe) -> Selection {
+    let mut log = Vec::new();
+    let kind = decide(policy, probe, &mut log);
+    Selection { kind, log }
+}
+
+fn decide(policy: &NetPolicy, probe: &dyn IbProbe, log: &mut Vec<String>) -> Result<NetKind> {
     let wanted = policy.net.as_deref().map(str::trim).filter(|s| !s.is_empty());
     let wants_ib = match wanted {
         None => false,
         Some(n) if n.eq_ignore_ascii_case("IB") => true,
         Some(n) if n.eq_ignore_ascii_case("Socket") => {
             // As NCCL: a network not named is not initialized (so not probed).
-            return Ok(Selection { kind: NetKind::Socket, log: vec![] });
+            return Ok(NetKind::Socket);
         }
         Some(n) => {
             return Err(Error::invalid_usage(format!(
@@ -88,7 +95,6 @@ pub fn select(policy: &NetPolicy, probe: &dyn IbProbe) -> Result<Selection> {
             )))
         }
     };
-    let mut log = Vec::new();
     let why_no_ib = if policy.ib_disabled {
         log.push("NET/IB : disabled by NCCL_IB_DISABLE=1".to_string());
         "disabled by NCCL_IB_DISABLE=1".to_string()
@@ -111,7 +117,7 @@ pub fn select(policy: &NetPolicy, probe: &dyn IbProbe) -> Result<Selection> {
         let n = wanted.unwrap_or("IB");
         return Err(Error::invalid_usage(format!("NCCL_NET={n}: network IB not available ({why_no_ib})")));
     }
-    Ok(Selection { kind: NetKind::Socket, log })
+    Ok(NetKind::Socket)
 }
 
 /// Checks a communicator's `ncclConfig_t.netName` against the network in use.
@@ -147,22 +153,23 @@ mod tests {
         NetPolicy { net: net.map(String::from), ib_disabled }
     }
 
-    fn usage_error(r: Result<Selection>) -> String {
-        let e = r.expect_err("expected an error");
+    fn usage_error(s: Selection) -> String {
+        let e = s.kind.expect_err("expected an error");
         assert_eq!(e.code(), ncclResult_t::ncclInvalidUsage, "{e}");
         e.to_string()
     }
 
     #[test]
     fn no_ib_device_logs_nccls_line_and_uses_sockets() {
-        let s = select(&policy(None, false), &Fixed(vec![])).unwrap();
-        assert_eq!(s, Selection { kind: NetKind::Socket, log: vec!["NET/IB : No device found.".into()] });
+        let s = select(&policy(None, false), &Fixed(vec![]));
+        assert_eq!(s.kind.unwrap(), NetKind::Socket);
+        assert_eq!(s.log, vec!["NET/IB : No device found.".to_string()]);
     }
 
     #[test]
     fn ib_devices_present_are_reported_as_unsupported_and_sockets_used() {
-        let s = select(&policy(None, false), &Fixed(vec!["mlx5_0", "mlx5_1"])).unwrap();
-        assert_eq!(s.kind, NetKind::Socket);
+        let s = select(&policy(None, false), &Fixed(vec!["mlx5_0", "mlx5_1"]));
+        assert_eq!(s.kind.unwrap(), NetKind::Socket);
         assert_eq!(s.log.len(), 1);
         assert!(s.log[0].contains("found 2 device(s) (mlx5_0, mlx5_1)"), "{:?}", s.log);
         assert!(s.log[0].contains("not supported yet"), "{:?}", s.log);
@@ -171,19 +178,23 @@ mod tests {
 
     #[test]
     fn ib_disable_skips_the_probe() {
-        let s = select(&policy(None, true), &MustNotLook).unwrap();
-        assert_eq!(s.kind, NetKind::Socket);
+        let s = select(&policy(None, true), &MustNotLook);
+        assert_eq!(s.kind.unwrap(), NetKind::Socket);
         assert_eq!(s.log, vec!["NET/IB : disabled by NCCL_IB_DISABLE=1".to_string()]);
     }
 
     #[test]
     fn nccl_net_names_a_network_in_any_case() {
         for name in ["Socket", "socket", "SOCKET", " Socket "] {
-            let s = select(&policy(Some(name), false), &MustNotLook).unwrap();
-            assert_eq!(s, Selection { kind: NetKind::Socket, log: vec![] });
+            let s = select(&policy(Some(name), false), &MustNotLook);
+            assert_eq!(s.kind.unwrap(), NetKind::Socket);
+            assert!(s.log.is_empty(), "{:?}", s.log);
         }
         for name in ["IB", "ib"] {
-            let msg = usage_error(select(&policy(Some(name), false), &Fixed(vec![])));
+            // What the probe found is still logged.
+            let s = select(&policy(Some(name), false), &Fixed(vec![]));
+            assert_eq!(s.log, vec!["NET/IB : No device found.".to_string()]);
+            let msg = usage_error(s);
             assert!(msg.contains(&format!("NCCL_NET={name}")) && msg.contains("no InfiniBand device"), "{msg}");
             let msg = usage_error(select(&policy(Some(name), false), &Fixed(vec!["mlx5_0"])));
             assert!(msg.contains("not supported yet"), "{msg}");
@@ -193,7 +204,7 @@ mod tests {
         let msg = usage_error(select(&policy(Some("Ucx"), false), &MustNotLook));
         assert!(msg.contains("NCCL_NET=Ucx") && msg.contains("not found"), "{msg}");
         // Empty counts as unset.
-        assert_eq!(select(&policy(Some(""), false), &Fixed(vec![])).unwrap().kind, NetKind::Socket);
+        assert_eq!(select(&policy(Some(""), false), &Fixed(vec![])).kind.unwrap(), NetKind::Socket);
     }
 
     #[test]
