@@ -17,7 +17,8 @@ use crate::config::CommConfig;
 use crate::error::{Error, Result};
 use crate::interrupt::Interrupt;
 use crate::reduce::Reduction;
-use crate::transport::links::{Links, PeerLink};
+use crate::transport::links::{Links, PeerLink, TierPolicy};
+use crate::transport::net_select::{self, NetKind, NetPolicy, SysfsIbProbe};
 use crate::transport::node_area::NodeArea;
 use crate::transport::socket_net::SocketNet;
 use crate::transport::Net;
@@ -102,10 +103,12 @@ impl Comm {
     ) -> Result<Arc<Comm>> {
         let (rank, nranks, magic) = (bootstrap.rank(), bootstrap.nranks(), bootstrap.magic());
         let net = network()?;
+        crate::transport::net_select::check_config_name(config.net_name.as_deref(), net.name())?;
         describe_topology_once();
         let interrupt = Interrupt::new();
         bootstrap.set_interrupt(interrupt.clone());
-        let (mut links, handle) = Links::listen(net.clone(), rank, nranks, magic, host_hash(), interrupt.clone())?;
+        let (mut links, handle) =
+            Links::listen(net.clone(), TierPolicy::from_env(), rank, nranks, magic, host_hash(), interrupt.clone())?;
         let me = PeerInfo {
             rank,
             host_hash: host_hash(),
@@ -119,9 +122,15 @@ impl Comm {
         links.set_peers(
             peers
                 .iter()
-                .map(|p| PeerLink { net_handle: p.net_handle.clone(), host_hash: p.host_hash, pid: p.pid, shm: p.shm })
+                .map(|p| PeerLink {
+                    rank: p.rank,
+                    net_handle: p.net_handle.clone(),
+                    host_hash: p.host_hash,
+                    pid: p.pid,
+                    shm: p.shm,
+                })
                 .collect(),
-        );
+        )?;
         // Every rank computes the same condition from the same peer table, so all of them
         // take part in setting the area up, or none does.
         let all_local = nranks > 1 && peers.iter().all(|p| p.host_hash == me.host_hash && p.shm);
@@ -369,31 +378,41 @@ impl Comm {
     }
 }
 
-/// The network provider: sockets today (IB verbs will be chosen first when present).
+/// The network of the NET tier, chosen once per process at run time (`net_select`: IB when
+/// present and built, else sockets; `NCCL_NET`). A failed choice fails every init with the
+/// same error.
 fn network() -> Result<Arc<dyn Net>> {
-    static NET: OnceLock<std::result::Result<Arc<SocketNet>, String>> = OnceLock::new();
+    static NET: OnceLock<std::result::Result<Arc<dyn Net>, Error>> = OnceLock::new();
     let net = NET.get_or_init(|| {
-        crate::transport::netif::pick().map_err(|e| e.to_string()).map(|iface| {
-            // SAFETY: sched_getcpu has no preconditions.
-            let cpu = u32::try_from(unsafe { libc::sched_getcpu() }).ok();
-            let helper_cpus = crate::topo::Topology::system().socket_helper_cpus(&iface.name, cpu);
-            if let Some(cpus) = &helper_cpus {
-                log::info!(target: "NET", "NET/Socket : helper threads of {} run on cpus {cpus}", iface.name);
-            }
-            let net = SocketNet::new(iface, helper_cpus);
-            log::info!(target: "NET", "NET/IB : No device found.");
-            log::info!(target: "NET", "NET/Socket : Using {}", net.describe());
-            if let Some(n) = net.helper_threads() {
-                // NCCL's line; here every helper thread has one socket of its own.
-                log::info!(target: "NET", "NET/Socket: Using {n} threads and 1 sockets per thread");
-            }
-            Arc::new(net)
-        })
+        let selection = net_select::select(&NetPolicy::from_env(), &SysfsIbProbe::system());
+        for line in &selection.log {
+            log::info!(target: "NET", "{line}");
+        }
+        match selection.kind? {
+            NetKind::Socket => socket_network(),
+        }
     });
     match net {
         Ok(n) => Ok(n.clone()),
-        Err(e) => Err(Error::invalid_usage(e.clone())),
+        Err(e) => Err(Error::invalid_usage(e.to_string())),
     }
+}
+
+fn socket_network() -> Result<Arc<dyn Net>> {
+    let iface = crate::transport::netif::pick().map_err(|e| Error::invalid_usage(e.to_string()))?;
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = u32::try_from(unsafe { libc::sched_getcpu() }).ok();
+    let helper_cpus = crate::topo::Topology::system().socket_helper_cpus(&iface.name, cpu);
+    if let Some(cpus) = &helper_cpus {
+        log::info!(target: "NET", "NET/Socket : helper threads of {} run on cpus {cpus}", iface.name);
+    }
+    let net = SocketNet::new(iface, helper_cpus);
+    log::info!(target: "NET", "NET/Socket : Using {}", net.describe());
+    if let Some(n) = net.helper_threads() {
+        // NCCL's line; here every helper thread has one socket of its own.
+        log::info!(target: "NET", "NET/Socket: Using {n} threads and 1 sockets per thread");
+    }
+    Ok(Arc::new(net))
 }
 
 /// Logs the machine's topology (NCCL_DEBUG_SUBSYS=GRAPH) and writes it out when

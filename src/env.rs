@@ -119,6 +119,13 @@ pub static PARAMS: &[Param] = &[
     // Transports.
     param("NCCL_SHM_DISABLE", Bool, "0", "1 disables the shared-memory transport between processes on one host"),
     param("NCCL_P2P_DISABLE", Bool, "0", "1 disables direct GPU transfers: device collectives of ranks sharing a GPU then go through pinned host staging"),
+    param(
+        "NCCL_NET",
+        Str,
+        "",
+        "Network of the NET transport: IB or Socket (any case); unset takes IB when present and \
+         supported, else Socket; IB when unavailable fails init with ncclInvalidUsage",
+    ),
     param("NCCL_IB_DISABLE", Bool, "0", "1 disables InfiniBand/RoCE; the network transport uses sockets"),
     param("NCCL_BUFFSIZE", Bytes, "4194304", "Size of each per-peer staging buffer"),
     // Algorithms and communicators.

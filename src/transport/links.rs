@@ -1,43 +1,34 @@
 //! One communicator's connections: listeners, and per peer a send and a receive connection,
-//! made on first use (NCCL's runtime connect). Chooses the transport for each peer in NCCL's
-//! priority order: peer-to-peer (later), shared memory for peers on this host, then network.
+//! made on first use (NCCL's runtime connect). The transport for each peer is chosen once, at
+//! [`Links::set_peers`], in NCCL's priority order (see [`super::tier`]): peer-to-peer, shared
+//! memory for peers on this host, then the network.
 
 use std::sync::Arc;
 
 use super::node_area::NodeArea;
-use super::shm::ShmNet;
-use super::{ConnectorId, Net, NetHandle, NetListener, NetRecv, NetSend, WaitHint};
+use super::tier::{NetTransport, P2pTransport, ShmTransport, Transport};
+pub use super::tier::{PeerLink, Tier, TierPolicy};
+use super::{ConnectorId, Net, NetHandle, NetRecv, NetSend, WaitHint};
 use crate::error::{Error, Result};
 use crate::interrupt::Interrupt;
 
-/// What links need to know about each peer.
-#[derive(Clone, Debug)]
-pub struct PeerLink {
-    pub net_handle: NetHandle,
-    pub host_hash: u64,
-    pub pid: u32,
-    /// The peer listens for shared-memory connections.
-    pub shm: bool,
-}
-
-/// The transport carrying one direction to one peer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Route {
-    Shm,
-    Net,
-}
+/// Indexes of the tiers in [`Links::tiers`] (priority order).
+const P2P: usize = 0;
+const SHM: usize = 1;
+const NET: usize = 2;
 
 pub struct Links {
     rank: usize,
     magic: u64,
     host_hash: u64,
-    net: Arc<dyn Net>,
-    listener: Box<dyn NetListener>,
-    shm: Option<(ShmNet, Box<dyn NetListener>)>,
+    net_name: &'static str,
+    /// P2P, SHM, NET, in NCCL's order.
+    tiers: [Box<dyn Transport>; 3],
     peers: Vec<PeerLink>,
     send: Vec<Option<Box<dyn NetSend>>>,
     recv: Vec<Option<Box<dyn NetRecv>>>,
-    routes: Vec<Route>,
+    /// Per peer, the index in `tiers` of the transport chosen at setup.
+    chosen: Vec<usize>,
     /// Ranks on this host, itself included (set with the peers).
     local_ranks: usize,
     /// The shared control area, when every rank is on this host.
@@ -46,46 +37,35 @@ pub struct Links {
     interrupt: Interrupt,
 }
 
-/// Whether shared memory may be used at all (NCCL_SHM_DISABLE, the strict encryption policy).
-pub fn shm_allowed() -> bool {
-    !crate::env::get_bool("NCCL_SHM_DISABLE") && !crate::encryption::strict()
-}
-
 impl Links {
-    /// Starts listening; the returned handle (and `shm_listening`) must reach every peer
-    /// through the bootstrap before [`Links::set_peers`].
+    /// Sets up every tier's side (listens); the returned handle (and `shm_listening`) must
+    /// reach every peer through the bootstrap before [`Links::set_peers`].
     pub fn listen(
         net: Arc<dyn Net>,
+        policy: TierPolicy,
         rank: usize,
         nranks: usize,
         magic: u64,
         host_hash: u64,
         interrupt: Interrupt,
     ) -> Result<(Links, NetHandle)> {
-        let (handle, listener) = net.listen(magic)?;
-        let shm = if shm_allowed() {
-            let shm_net = ShmNet::with_interrupt(interrupt.clone());
-            match shm_net.listen_rank(magic, rank) {
-                Ok((_, l)) => Some((shm_net, l)),
-                Err(e) => {
-                    log::info!(target: "SHM", "SHM: disabled for this communicator: {e}");
-                    None
-                }
-            }
-        } else {
-            None
-        };
+        let net_name = net.name();
+        let (net, handle) = NetTransport::listen(net, magic)?;
+        let tiers: [Box<dyn Transport>; 3] = [
+            Box::new(P2pTransport::new(policy)),
+            Box::new(ShmTransport::new(policy, magic, rank, interrupt.clone())),
+            Box::new(net),
+        ];
         let links = Links {
             rank,
             magic,
             host_hash,
-            net,
-            listener,
-            shm,
+            net_name,
+            tiers,
             peers: Vec::new(),
             send: (0..nranks).map(|_| None).collect(),
             recv: (0..nranks).map(|_| None).collect(),
-            routes: vec![Route::Net; nranks],
+            chosen: vec![NET; nranks],
             local_ranks: 1,
             node: None,
             interrupt,
@@ -95,24 +75,43 @@ impl Links {
 
     /// Whether this rank accepts shared-memory connections.
     pub fn shm_listening(&self) -> bool {
-        self.shm.is_some()
+        self.tiers[SHM].listening()
     }
 
-    /// Records the peers and picks each one's route.
-    pub fn set_peers(&mut self, peers: Vec<PeerLink>) {
-        self.routes = peers
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                if i != self.rank && self.shm.is_some() && p.shm && p.host_hash == self.host_hash {
-                    Route::Shm
-                } else {
-                    Route::Net
+    /// Records the peers and picks each one's transport: the first tier that can connect.
+    pub fn set_peers(&mut self, peers: Vec<PeerLink>) -> Result<()> {
+        let me = peers.get(self.rank).ok_or_else(|| Error::internal("peer table lacks this rank"))?.clone();
+        let mut counts = [0usize; 3];
+        let mut first_refusals: [Option<String>; 3] = Default::default();
+        self.chosen = Vec::with_capacity(peers.len());
+        for p in &peers {
+            let (choice, refused) = super::tier::choose(&self.tiers, &me, p);
+            let i = choice.ok_or_else(|| Error::internal(format!("no transport can reach rank {}", p.rank)))?;
+            if p.rank != self.rank {
+                counts[i] += 1;
+                for (tier, why) in refused {
+                    let slot = &mut first_refusals[tier as usize];
+                    if slot.is_none() {
+                        *slot = Some(format!("{} not used for rank {}: {why}", tier.name(), p.rank));
+                    }
                 }
-            })
-            .collect();
+            }
+            self.chosen.push(i);
+        }
+        let reasons: Vec<String> = first_refusals.into_iter().flatten().collect();
+        log::info!(
+            target: "INIT",
+            "Transports: P2P {} peers, SHM {} peers, NET/{} {} peers{}{}",
+            counts[P2P],
+            counts[SHM],
+            self.net_name,
+            counts[NET],
+            if reasons.is_empty() { "" } else { "; " },
+            reasons.join("; ")
+        );
         self.local_ranks = peers.iter().filter(|p| p.host_hash == self.host_hash).count().max(1);
         self.peers = peers;
+        Ok(())
     }
 
     /// Installs the node area (see `NodeArea::establish`).
@@ -152,12 +151,13 @@ impl Links {
         self.local_ranks
     }
 
-    pub fn route(&self, peer: usize) -> Route {
-        self.routes[peer]
+    /// The transport tier chosen for `peer` at setup.
+    pub fn tier(&self, peer: usize) -> Tier {
+        self.tiers[self.chosen[peer]].tier()
     }
 
     pub fn net_name(&self) -> &'static str {
-        self.net.name()
+        self.net_name
     }
 
     /// The send connection to `peer`, connecting on first use (network connects retry for
@@ -167,13 +167,9 @@ impl Links {
         if self.send[peer].is_none() {
             self.interrupt.check(&format!("connecting to rank {peer}"))?;
             let me = ConnectorId { comm_magic: self.magic, rank: self.rank as u32, channel: 0 };
-            let conn = match (self.routes[peer], &self.shm) {
-                (Route::Shm, Some((shm, _))) => {
-                    shm.connect(&ShmNet::peer_handle(self.magic, peer, self.peers[peer].pid), me)
-                }
-                _ => self.net.connect(&self.peers[peer].net_handle, me),
-            }
-            .map_err(|e| e.context(&format!("connecting to rank {peer}")))?;
+            let conn = self.tiers[self.chosen[peer]]
+                .connect(me, &self.peers[peer])
+                .map_err(|e| e.context(&format!("connecting to rank {peer}")))?;
             log::info!(target: "P2P", "Channel 00/0 : {}[{}] -> {}[{}] via {}", self.rank, self.rank, peer, peer, conn.via());
             self.send[peer] = Some(conn);
         }
@@ -183,13 +179,7 @@ impl Links {
     /// The receive connection from `peer`, or `None` while it has not connected yet.
     pub fn recv_conn(&mut self, peer: usize) -> Result<Option<&mut dyn NetRecv>> {
         while self.recv[peer].is_none() {
-            let accepted = match self.routes[peer] {
-                Route::Shm => match &mut self.shm {
-                    Some((_, l)) => l.accept()?,
-                    None => None,
-                },
-                Route::Net => self.listener.accept()?,
-            };
+            let accepted = self.tiers[self.chosen[peer]].accept()?;
             match accepted {
                 Some((id, conn)) => {
                     let from = id.rank as usize;
@@ -214,24 +204,17 @@ impl Links {
 
     /// What to wait on while `peer` has not connected yet.
     pub fn accept_hint(&self, peer: usize) -> Option<WaitHint> {
-        match (self.routes[peer], &self.shm) {
-            (Route::Shm, Some((_, l))) => l.wait_hint(),
-            _ => self.listener.wait_hint(),
-        }
+        self.tiers[self.chosen[peer]].accept_hint()
     }
 
-    /// Connections made so far per route: (shm, net) counts of send + receive connections.
+    /// Connections made so far per tier: (shm, net) counts of send + receive connections
+    /// (P2P never connects host buffers).
     pub fn connection_counts(&self) -> (usize, usize) {
-        let mut shm = 0;
-        let mut net = 0;
-        for (peer, route) in self.routes.iter().enumerate() {
-            let n = self.send[peer].is_some() as usize + self.recv[peer].is_some() as usize;
-            match route {
-                Route::Shm => shm += n,
-                Route::Net => net += n,
-            }
+        let mut per_tier = [0usize; 3];
+        for (peer, &i) in self.chosen.iter().enumerate() {
+            per_tier[i] += self.send[peer].is_some() as usize + self.recv[peer].is_some() as usize;
         }
-        (shm, net)
+        (per_tier[SHM], per_tier[NET])
     }
 
     /// Drops every connection (destroy/abort).
@@ -239,5 +222,6 @@ impl Links {
         self.send.iter_mut().for_each(|c| *c = None);
         self.recv.iter_mut().for_each(|c| *c = None);
         self.node = None;
+        self.tiers.iter_mut().for_each(|t| t.free());
     }
 }

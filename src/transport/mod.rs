@@ -6,8 +6,10 @@
 //! polls. Buffers are raw memory regions ([`MemRegion`]) because they may be user memory that
 //! the executor keeps alive and unaliased for the life of the request; later, device memory.
 //!
-//! [`links`] keeps one communicator's connections per peer and chooses the transport for each
-//! peer (network today; shared memory and P2P come first in the priority order later).
+//! [`tier`] holds the transport tiers in NCCL's shape and order (P2P, SHM, NET: the first whose
+//! `can_connect` holds wins, per peer, once at setup); [`net_select`] picks the network of the
+//! NET tier at run time (IB when present and built, else sockets; `NCCL_NET`). [`links`] keeps
+//! one communicator's connections per peer over the tier chosen for it.
 //!
 //! Also here: [`socket`] (TCP building blocks the bootstrap uses too), [`socket_net`], [`shm`],
 //! [`node_area`], [`peer_mem`], [`netif`], and [`exchange`] (the all-gather transports need
@@ -16,12 +18,14 @@
 
 pub mod exchange;
 pub mod links;
+pub mod net_select;
 pub mod netif;
 pub mod node_area;
 pub mod peer_mem;
 pub mod shm;
 pub mod socket;
 pub mod socket_net;
+pub mod tier;
 
 use std::os::fd::RawFd;
 

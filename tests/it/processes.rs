@@ -1,7 +1,9 @@
 //! Ranks as separate processes of this test binary (re-executed with a role in the
 //! environment): transport choice by host identity, a rank killed with SIGKILL in the
 //! middle of an operation, which must fail the survivor cleanly and leave nothing behind, and
-//! a rank stopped with SIGSTOP, which `FERROCCL_TIMEOUT` must turn into `ncclTimeout`.
+//! a rank stopped with SIGSTOP, which `FERROCCL_TIMEOUT` must turn into `ncclTimeout`; and the
+//! transport tier and network chosen under NCCL_SHM_DISABLE and NCCL_NET (two thread ranks in
+//! a child process, checked through its log lines).
 
 use std::ffi::c_void;
 use std::process::{Child, Command, Stdio};
@@ -357,4 +359,113 @@ fn nccl_comm_id_puts_the_root_at_a_fixed_address() {
     let (a, b) = (spawn(0, "commid", &dummy, &env), spawn(1, "commid", &dummy, &env));
     let (a, b) = (wait_output(a), wait_output(b));
     assert!(a.contains("CHILD 0 done") && b.contains("CHILD 1 done"), "{a}\n{b}");
+}
+
+const THREADS_ROLE: &str = "FERROCCL_IT_TIER_ROLE";
+
+/// Not a test on its own: two thread ranks of one child process run an all-reduce (or, for
+/// `init-fails`, report how init failed), under the environment the parent chose.
+#[test]
+fn tier_child() {
+    let Ok(role) = std::env::var(THREADS_ROLE) else { return };
+    let id = unique_id();
+    let results: Vec<String> = (0..2)
+        .map(|rank| {
+            let role = role.clone();
+            std::thread::spawn(move || {
+                let mut comm: ncclComm_t = std::ptr::null_mut();
+                let r = ncclCommInitRank(&mut comm, 2, id, rank);
+                if role == "init-fails" {
+                    // SAFETY: a thread-local NUL-terminated string, copied at once.
+                    let msg = unsafe { std::ffi::CStr::from_ptr(ncclGetLastError(std::ptr::null_mut())) };
+                    return format!("rank {rank} init returned {}: {}", r.0, msg.to_string_lossy());
+                }
+                check(r, "init");
+                let count = 1 << 16;
+                let send = vec![rank as f32 + 1.0; count];
+                let mut recv = vec![0f32; count];
+                let s: *mut c_void = std::ptr::null_mut();
+                let (sp, rp) = (send.as_ptr().cast(), recv.as_mut_ptr().cast());
+                check(ncclAllReduce(sp, rp, count, ncclDataType_t(7), ncclRedOp_t(0), comm, s), "allreduce");
+                assert!(recv.iter().all(|&v| v == 3.0), "wrong sum");
+                check(ncclCommDestroy(comm), "destroy");
+                format!("rank {rank} all-reduce OK")
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().expect("rank thread panicked"))
+        .collect();
+    for line in results {
+        println!("TIER CHILD {line}");
+    }
+}
+
+/// Runs [`tier_child`] in a fresh process (the environment is read once per process).
+fn tier_run(role: &str, env: &[(&str, &str)]) -> String {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "processes::tier_child", "--nocapture", "--test-threads=1"])
+        .env(THREADS_ROLE, role)
+        .env("NCCL_DEBUG", "INFO")
+        .env("NCCL_DEBUG_SUBSYS", "INIT,NET,P2P")
+        .env("FERROCCL_BOOTSTRAP_TIMEOUT", "20")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    wait_output(cmd.spawn().unwrap())
+}
+
+/// What this machine's IB probe should report (CI and the dev machine have no IB devices).
+fn ib_line_expected() -> &'static str {
+    let found = std::fs::read_dir("/sys/class/infiniband").map(|d| d.count() > 0).unwrap_or(false);
+    if found {
+        "not supported yet"
+    } else {
+        "NET/IB : No device found."
+    }
+}
+
+#[test]
+fn thread_ranks_go_over_the_network_tier_when_shm_is_disabled() {
+    if std::env::var(ROLE).is_ok() || std::env::var(THREADS_ROLE).is_ok() {
+        return;
+    }
+    let out = tier_run("all-reduce", &[("NCCL_SHM_DISABLE", "1"), ("FERROCCL_NODE_COLL", "0")]);
+    assert_eq!(out.matches("all-reduce OK").count(), 2, "{out}");
+    assert!(out.contains(ib_line_expected()), "{out}");
+    assert!(out.contains("Using network Socket"), "{out}");
+    assert!(out.contains("Transports: P2P 0 peers, SHM 0 peers, NET/Socket 1 peers"), "{out}");
+    assert!(out.contains("SHM not used for rank") && out.contains("NCCL_SHM_DISABLE"), "{out}");
+    assert!(out.contains("via NET/Socket/0") && !out.contains("via SHM/direct"), "{out}");
+    // The same ranks without NCCL_SHM_DISABLE take the shared-memory tier.
+    let out = tier_run("all-reduce", &[("FERROCCL_NODE_COLL", "0")]);
+    assert_eq!(out.matches("all-reduce OK").count(), 2, "{out}");
+    assert!(out.contains("Transports: P2P 0 peers, SHM 1 peers, NET/Socket 0 peers"), "{out}");
+    assert!(out.contains("via SHM/direct") && !out.contains("via NET/Socket/0"), "{out}");
+}
+
+#[test]
+fn nccl_net_chooses_the_network_by_name() {
+    if std::env::var(ROLE).is_ok() || std::env::var(THREADS_ROLE).is_ok() {
+        return;
+    }
+    // NCCL_NET=socket (any case): sockets, and IB is not even probed.
+    let env = [("NCCL_NET", "socket"), ("NCCL_SHM_DISABLE", "1"), ("FERROCCL_NODE_COLL", "0")];
+    let out = tier_run("all-reduce", &env);
+    assert_eq!(out.matches("all-reduce OK").count(), 2, "{out}");
+    assert!(out.contains("Using network Socket") && !out.contains("NET/IB"), "{out}");
+    // NCCL_NET=IB without a usable IB device: every rank's init fails with ncclInvalidUsage
+    // (5), naming the setting.
+    let out = tier_run("init-fails", &[("NCCL_NET", "IB")]);
+    for rank in 0..2 {
+        assert!(
+            out.contains(&format!(
+                "rank {rank} init returned 5: ncclCommInitRank: NCCL_NET=IB: network IB not available"
+            )),
+            "{out}"
+        );
+    }
+    assert!(out.contains(ib_line_expected()), "{out}");
 }
