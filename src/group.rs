@@ -123,14 +123,7 @@ fn run_ops(ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<()> {
         return coll::stream::submit(ops);
     }
     coll::stream::drain_current_thread();
-    // Keep the call order per communicator; communicators in order of first appearance.
-    let mut by_comm: Vec<(Arc<Comm>, Vec<OpRequest>)> = Vec::new();
-    for (comm, req) in ops {
-        match by_comm.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &comm)) {
-            Some((_, list)) => list.push(req),
-            None => by_comm.push((comm, vec![req])),
-        }
-    }
+    let by_comm = coll::by_communicator(ops);
     let result = coll::run(&by_comm);
     if let Err(e) = &result {
         for (comm, _) in &by_comm {

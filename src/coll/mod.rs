@@ -129,6 +129,19 @@ pub fn validate(comm: &Comm, req: &OpRequest) -> Result<()> {
     Ok(())
 }
 
+/// A group's operations per communicator: call order kept within each, communicators in order
+/// of first appearance (the shape [`run`] takes).
+pub fn by_communicator(ops: Vec<(Arc<Comm>, OpRequest)>) -> Vec<(Arc<Comm>, Vec<OpRequest>)> {
+    let mut by_comm: Vec<(Arc<Comm>, Vec<OpRequest>)> = Vec::new();
+    for (comm, req) in ops {
+        match by_comm.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &comm)) {
+            Some((_, list)) => list.push(req),
+            None => by_comm.push((comm, vec![req])),
+        }
+    }
+    by_comm
+}
+
 /// Runs every queued operation of a group, per communicator in call order.
 pub fn run(by_comm: &[(Arc<Comm>, Vec<OpRequest>)]) -> Result<()> {
     let tuning = tuning()?;

@@ -29,7 +29,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::reduce::{Post, Pre};
+use super::reduce::Pre;
 use super::{buffer_lengths, CollOp, OpRequest};
 use crate::comm::{Comm, CommState};
 use crate::cuda::driver::{self, Context};
@@ -328,20 +328,15 @@ fn single_rank(req: &OpRequest) -> Result<()> {
     }
     match req.reduction {
         Some(red) if red.has_pre() || red.has_post() => {
-            let pre = match red.pre {
-                Pre::Mul(bits) => [kernels::PreScalar::Bits(bits)],
-                Pre::None => [kernels::PreScalar::None],
-            };
+            let (kind, pre, post_div) = kernels::from_reduction(&red);
+            let pre = [pre];
             let f = kernels::Fold {
                 dtype: req.dtype,
-                kind: red.kind,
+                kind,
                 out: req.recv,
                 inputs: &[req.send],
                 pre: if red.has_pre() { &pre } else { &[] },
-                post_div: match red.post {
-                    Post::Div(d) => Some(d),
-                    Post::None => None,
-                },
+                post_div,
                 count: req.count,
                 more_outs: &[],
             };
@@ -408,13 +403,7 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
         }
         stream.write_flag(shared.flags.out_addr(slot), seq)?;
     }
-    let mut by_comm: Vec<(Arc<Comm>, Vec<OpRequest>)> = Vec::new();
-    for (comm, req) in staged {
-        match by_comm.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &comm)) {
-            Some((_, list)) => list.push(req),
-            None => by_comm.push((comm, vec![req])),
-        }
-    }
+    let by_comm = super::by_communicator(staged);
     shared.submitted.store(seq, Ordering::Relaxed);
     let job = Job { seq, kind, by_comm, slots: streams.iter().map(|&(_, slot)| slot).collect(), staging };
     w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
@@ -628,17 +617,16 @@ fn launch_for_all(comm: &Comm, reqs: &[OpRequest], all: &[u8], desc_len: usize, 
                      the CUDA device current (cudaSetDevice before ncclCommInitRank), as NCCL requires",
                 ));
             }
-            let has_pre = red.has_pre();
+            // The operator and the post step are every rank's; the pre scalars are each rank's
+            // own (exchanged above).
+            let (kind, _, post_div) = kernels::from_reduction(&red);
             let f = kernels::Fold {
                 dtype: req.dtype,
-                kind: red.kind,
+                kind,
                 out,
                 inputs,
-                pre: if has_pre { &pre } else { &[] },
-                post_div: match red.post {
-                    Post::Div(d) => Some(d),
-                    Post::None => None,
-                },
+                pre: if red.has_pre() { &pre } else { &[] },
+                post_div,
                 count: req.count,
                 more_outs,
             };
@@ -698,6 +686,9 @@ fn launch_for_all(comm: &Comm, reqs: &[OpRequest], all: &[u8], desc_len: usize, 
 /// Rejects device buffers of a device other than the communicator's, and calls that mix host
 /// and device buffers. Returns the call's memory kind.
 pub fn memory_kind(comm: &Comm, req: &OpRequest, function: &str) -> Result<MemKind> {
+    if !crate::cuda::driver::available() {
+        return Ok(MemKind::Host); // no device memory can exist: skip the per-buffer checks
+    }
     let (send_len, recv_len) = buffer_lengths(req, comm.rank, comm.nranks)?;
     let send = (send_len > 0).then(|| crate::cuda::memory::classify(req.send));
     let recv = (recv_len > 0).then(|| crate::cuda::memory::classify(req.recv));
