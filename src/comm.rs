@@ -286,6 +286,33 @@ impl Comm {
 
     /// The reduction for an operator handle and type.
     pub fn reduction(&self, op: c_int, dtype: DataType) -> Result<Reduction> {
+        self.reduction_for_call(op, dtype, false).map(|(r, _)| r)
+    }
+
+    /// The reduction for a call. On a device-buffer call (`device_call`), a PreMulSum scalar in
+    /// device memory is not read now: its address is returned, to be read in stream order
+    /// when the operation runs (the returned reduction's pre bits are then zero: a path that
+    /// forgot to read the scalar gives zeros, which tests catch).
+    pub fn reduction_for_call(&self, op: c_int, dtype: DataType, device_call: bool) -> Result<(Reduction, Option<usize>)> {
+        if let Some(b) = crate::types::BuiltinOp::from_raw(crate::types::ncclRedOp_t(op)) {
+            return Ok((Reduction::builtin(dtype, b, self.nranks), None));
+        }
+        let entry = self
+            .redops
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&op)
+            .copied()
+            .ok_or_else(|| Error::invalid_argument(format!("invalid reduction operator {op}")))?;
+        if let RedOpEntry::Pointer { dtype: d, addr } = entry {
+            if device_call && d == dtype && crate::cuda::memory::classify(addr as *const u8).is_device() {
+                return Ok((Reduction::pre_mul_sum(d, &[0u8; 8])?, Some(addr)));
+            }
+        }
+        Ok((self.reduction_now(op, dtype)?, None))
+    }
+
+    fn reduction_now(&self, op: c_int, dtype: DataType) -> Result<Reduction> {
         if let Some(b) = crate::types::BuiltinOp::from_raw(crate::types::ncclRedOp_t(op)) {
             return Ok(Reduction::builtin(dtype, b, self.nranks));
         }

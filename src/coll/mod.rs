@@ -73,6 +73,9 @@ pub struct OpRequest {
     /// `stream` ([`stream`]).
     pub mem: crate::cuda::memory::MemKind,
     pub stream: crate::cuda::stream::Stream,
+    /// A PreMulSum scalar in device memory (`ncclScalarDevice` on a device-buffer call): read
+    /// in stream order when the operation runs, so `reduction`'s pre bits are not used.
+    pub pre_device: Option<usize>,
 }
 
 // SAFETY: a request carries the user's addresses; the API contract keeps them valid until the

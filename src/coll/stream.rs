@@ -329,7 +329,10 @@ fn single_rank(req: &OpRequest) -> Result<()> {
     match req.reduction {
         Some(red) if red.has_pre() || red.has_post() => {
             let (kind, pre, post_div) = kernels::from_reduction(&red);
-            let pre = [pre];
+            let pre = [match req.pre_device {
+                Some(at) => kernels::PreScalar::Device(at as *const u8),
+                None => pre,
+            }];
             let f = kernels::Fold {
                 dtype: req.dtype,
                 kind,
@@ -366,7 +369,13 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
     let mut staged: Vec<(Arc<Comm>, OpRequest)> = Vec::with_capacity(ops.len());
     // (stream, device destination, staged source, bytes) for after the job.
     let mut copies_out: Vec<(Stream, *mut u8, *const u8, usize)> = Vec::new();
-    for (comm, req) in ops {
+    for (comm, mut req) in ops {
+        if let (Some(at), Some(red)) = (req.pre_device.take(), req.reduction.as_mut()) {
+            // Not yet in stream order on this path: read when the call is issued.
+            let mut bits = [0u8; 8];
+            crate::cuda::memory::read_device(at as *const u8, &mut bits[..req.dtype.size()])?;
+            *red = crate::reduce::Reduction::pre_mul_sum(req.dtype, &bits)?;
+        }
         let mut host = req;
         if req.mem.is_device() && kind == JobKind::Staged {
             let (send_len, recv_len) = buffer_lengths(&req, comm.rank, comm.nranks)?;
@@ -559,6 +568,7 @@ fn host_all_gather(comm: &Arc<Comm>, mine: &[u8]) -> Result<Vec<u8>> {
         reduction: None,
         mem: MemKind::Host,
         stream: Stream(0),
+        pre_device: None,
     };
     super::run_one(comm, &req)?;
     Ok(all)

@@ -27,22 +27,26 @@ fn submit(
 ) -> Result<()> {
     let c = comm::lookup(comm, function)?;
     let dtype = DataType::try_from(datatype).map_err(|e| e.context(function))?;
-    let reduction = match redop {
-        Some(op) => Some(c.reduction(op.0, dtype).map_err(|e| e.context(function))?),
-        None => None,
-    };
     let mut req = OpRequest {
         op,
         send: sendbuff as *const u8,
         recv: recvbuff as *mut u8,
         count,
         dtype,
-        reduction,
+        reduction: None,
         mem: MemKind::Host,
         stream: Stream::from_raw(stream),
+        pre_device: None,
     };
-    crate::coll::validate(&c, &req).map_err(|e| e.context(function))?;
     req.mem = crate::coll::stream::memory_kind(&c, &req, function)?;
+    if let Some(op) = redop {
+        // On a device-buffer call a device-resident PreMulSum scalar is read in stream order
+        // when the operation runs; on a host call (and for host-resident scalars) now.
+        let (red, at) = c.reduction_for_call(op.0, dtype, req.mem.is_device()).map_err(|e| e.context(function))?;
+        req.reduction = Some(red);
+        req.pre_device = at;
+    }
+    crate::coll::validate(&c, &req).map_err(|e| e.context(function))?;
     c.check_usable(function)?;
     group::enqueue(c, req)
 }
