@@ -12,6 +12,7 @@
 pub mod algo;
 pub mod exec;
 pub mod node;
+pub mod one_gpu;
 pub mod plan;
 pub mod plan_cache;
 pub use crate::reduce;
@@ -27,6 +28,15 @@ use crate::types::DataType;
 use algo::CollKind;
 use exec::{CommWork, OpBuffers, Work};
 use reduce::Reduction;
+
+/// What this layer keeps per communicator (in [`Comm::with_layer_state`]'s slot).
+#[derive(Default)]
+pub(crate) struct LayerState {
+    pub plans: plan_cache::PlanCache,
+    /// The one-GPU path's flag page, once a device operation used it.
+    pub gpu: Option<Arc<one_gpu::CommGpu>>,
+    pub gpu_logged: bool,
+}
 
 /// Which operation, with its root or peer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

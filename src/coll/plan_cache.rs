@@ -61,11 +61,11 @@ fn key_of(args: &CollArgs, algorithm: Algorithm, chunk_bytes: usize) -> PlanKey 
 /// `comm`'s plan for an operation shape, generated once (outside the cache's lock).
 pub fn cached_plan(comm: &Comm, args: &CollArgs, algorithm: Algorithm, chunk_bytes: usize) -> Result<Arc<Plan>> {
     let key = key_of(args, algorithm, chunk_bytes);
-    if let Some(plan) = comm.with_layer_state(|cache: &mut PlanCache| cache.get(&key)) {
+    if let Some(plan) = comm.with_layer_state(|s: &mut super::LayerState| s.plans.get(&key)) {
         return Ok(plan);
     }
     let plan = Arc::new(algo::plan_with(args, comm.rank, comm.nranks, algorithm, chunk_bytes)?);
-    comm.with_layer_state(|cache: &mut PlanCache| cache.insert(key, plan.clone()));
+    comm.with_layer_state(|s: &mut super::LayerState| s.plans.insert(key, plan.clone()));
     Ok(plan)
 }
 

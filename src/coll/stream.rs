@@ -18,7 +18,8 @@
 //!
 //! With one rank, operations are a device copy or one kernel on the caller's stream; when every
 //! rank uses this host's one GPU, one rank's kernels read and write all ranks' buffers through
-//! CUDA IPC (no staging); otherwise the staged path above runs.
+//! CUDA IPC (no staging, [`super::one_gpu`]); otherwise the staged path above runs. The first
+//! two can be captured in a CUDA graph; the staged path cannot (its worker is a host thread).
 //!
 //! Failures are asynchronous: the communicator's async error is set (`ncclCommGetAsyncError`),
 //! and the streams are released all the same, so nothing waits forever on a failed operation.
@@ -29,11 +30,9 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::reduce::Pre;
-use super::{buffer_lengths, CollOp, OpRequest};
+use super::{buffer_lengths, one_gpu, CollOp, OpRequest};
 use crate::comm::{Comm, CommState};
 use crate::cuda::driver::{self, Context};
-use crate::cuda::ipc;
 use crate::cuda::kernels;
 use crate::cuda::memory::{MemKind, Pinned};
 use crate::cuda::stream::Stream;
@@ -158,22 +157,10 @@ impl Shared {
     }
 }
 
-/// How the worker runs a job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum JobKind {
-    /// The host engine on pinned copies of the buffers.
-    Staged,
-    /// Every rank on this GPU: the device buffers themselves, through CUDA IPC, one rank
-    /// launching the kernels for all ([`run_on_gpu`]).
-    Gpu,
-}
-
 /// One group's (or call's) device operations, as the worker runs them.
 struct Job {
     seq: u32,
-    kind: JobKind,
-    /// Per communicator, its operations in call order: on staged host copies (Staged) or on
-    /// the caller's device buffers (Gpu).
+    /// Per communicator, its operations in call order, on staged host copies.
     by_comm: Vec<(Arc<Comm>, Vec<OpRequest>)>,
     slots: Vec<usize>,
     staging: Vec<Staging>,
@@ -225,7 +212,6 @@ fn start_worker() -> Result<Worker> {
 }
 
 fn worker_loop(shared: &Shared, jobs: mpsc::Receiver<Job>) {
-    let mut gpu_stream = None;
     if let Err(e) = driver::make_current(shared.context) {
         log::warn!(target: "INIT", "stream worker: {e}");
     }
@@ -235,17 +221,7 @@ fn worker_loop(shared: &Shared, jobs: mpsc::Receiver<Job>) {
             for (comm, _) in &job.by_comm {
                 comm.check_usable("device operation")?;
             }
-            match job.kind {
-                JobKind::Staged => super::run(&job.by_comm),
-                JobKind::Gpu => {
-                    let stream = match gpu_stream {
-                        Some(s) => s,
-                        None => *gpu_stream.insert(Stream::create()?),
-                    };
-                    let (comm, reqs) = &job.by_comm[0];
-                    run_on_gpu(comm, reqs, stream)
-                }
-            }
+            super::run(&job.by_comm)
         });
         if let Err(e) = &result {
             log::warn!(target: "COLL", "device-buffer operation failed: {e}");
@@ -294,19 +270,27 @@ fn wait_ready(shared: &Shared, job: &Job) -> Result<()> {
 /// Device-buffer operations of one group (or one call), in call order. Returns once they are
 /// queued on their streams; host-buffer operations in the same group make it wait for all.
 pub fn submit(ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<()> {
-    for (_, req) in &ops {
-        if req.mem.is_device() && req.stream.is_capturing()? {
-            return Err(Error::invalid_usage(
-                "CUDA graph capture of ferroccl operations is not supported yet: run them outside stream capture",
-            ));
-        }
-    }
     let has_host = ops.iter().any(|(_, r)| !r.mem.is_device());
     if !has_host && ops.iter().all(|(c, r)| single_rank_applies(c, r)) {
         for (_, req) in &ops {
             single_rank(req)?;
         }
         return Ok(());
+    }
+    if one_gpu::applies(&ops) {
+        // The thread's staged operations queued before run first (same order on every rank).
+        drain_current_thread();
+        let comm = ops[0].0.clone();
+        let reqs: Vec<OpRequest> = ops.into_iter().map(|(_, r)| r).collect();
+        return one_gpu::submit(&comm, &reqs);
+    }
+    for (_, req) in &ops {
+        if req.mem.is_device() && req.stream.is_capturing()? {
+            return Err(Error::invalid_usage(
+                "CUDA graph capture of operations that stage device buffers through host memory (ranks on \
+                 other GPUs or hosts, or NCCL_P2P_DISABLE=1) is not supported: run them outside stream capture",
+            ));
+        }
     }
     let seq = with_worker(|w| enqueue(w, ops))?;
     if has_host {
@@ -357,7 +341,6 @@ fn single_rank(req: &OpRequest) -> Result<()> {
 fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
     let shared = &w.shared;
     let seq = shared.submitted.load(Ordering::Relaxed).wrapping_add(1);
-    let kind = if gpu_path_applies(&ops) { JobKind::Gpu } else { JobKind::Staged };
     // Streams in order of first use, with the operations on each.
     let mut streams: Vec<(Stream, usize)> = Vec::new();
     for (_, req) in &ops {
@@ -377,7 +360,7 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
             *red = crate::reduce::Reduction::pre_mul_sum(req.dtype, &bits)?;
         }
         let mut host = req;
-        if req.mem.is_device() && kind == JobKind::Staged {
+        if req.mem.is_device() {
             let (send_len, recv_len) = buffer_lengths(&req, comm.rank, comm.nranks)?;
             host.mem = MemKind::Host;
             // The host engine never sees a device address, even of a buffer it does not use.
@@ -414,7 +397,7 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
     }
     let by_comm = super::by_communicator(staged);
     shared.submitted.store(seq, Ordering::Relaxed);
-    let job = Job { seq, kind, by_comm, slots: streams.iter().map(|&(_, slot)| slot).collect(), staging };
+    let job = Job { seq, by_comm, slots: streams.iter().map(|&(_, slot)| slot).collect(), staging };
     w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
     Ok(seq)
 }
@@ -437,260 +420,6 @@ pub fn drain_current_thread() {
             w.shared.wait_completed(seq);
         }
     });
-}
-
-/// Whether a job can run on the device buffers themselves: one communicator whose ranks all
-/// use this host's same GPU (so one kernel reaches every rank's memory), device buffers only,
-/// collectives only (point-to-point keeps the staged path), and NCCL_P2P_DISABLE unset. Every
-/// rank decides alike from what all ranks agree on (the group's operations and the peer table).
-fn gpu_path_applies(ops: &[(Arc<Comm>, OpRequest)]) -> bool {
-    let Some((first, _)) = ops.first() else { return false };
-    if crate::env::get_bool("NCCL_P2P_DISABLE") || !first.node_area || first.nranks > kernels::MAX_INPUTS {
-        return false;
-    }
-    let same_gpu = first.peers.iter().all(|p| p.cuda_dev == first.cuda_dev);
-    same_gpu
-        && ops.iter().all(|(c, r)| {
-            Arc::ptr_eq(c, first) && r.mem.is_device() && !matches!(r.op, CollOp::Send { .. } | CollOp::Recv { .. })
-        })
-}
-
-/// Bytes each rank contributes per operation to the exchange before a GPU job: its send and
-/// receive buffers (IPC exports) and its PreMulSum scalar.
-const OP_DESC_BYTES: usize = 2 * ipc::EXPORT_BYTES + 8;
-/// The exchange's header: the rank's process id.
-const DESC_HEADER_BYTES: usize = 8;
-
-/// Runs a GPU job: the ranks swap where their buffers are (a host all-gather, which is also the
-/// barrier that says every rank's inputs are ready), rank 0 launches the copies and reductions
-/// for all of them on `stream` and waits for them, and a second exchange tells the others that
-/// their outputs are written (or that rank 0 failed).
-fn run_on_gpu(comm: &Arc<Comm>, reqs: &[OpRequest], stream: Stream) -> Result<()> {
-    log_gpu_path_once(comm);
-    let n = comm.nranks;
-    let desc_len = DESC_HEADER_BYTES + reqs.len() * OP_DESC_BYTES;
-    let mut mine = vec![0u8; desc_len];
-    mine[..4].copy_from_slice(&std::process::id().to_le_bytes());
-    // A rank that cannot describe its buffers still takes part in both exchanges (saying so
-    // in byte 4), so that every rank fails alike instead of leaving the others waiting.
-    let described = describe_buffers(comm, reqs, &mut mine);
-    if let Err(e) = &described {
-        log::warn!(target: "COLL", "device operation: {e}");
-        mine[4] = 1;
-    }
-    let all = host_all_gather(comm, &mine)?;
-    let everyone_described = (0..n).all(|r| all[r * desc_len + 4] == 0);
-    let status = if comm.rank == 0 && everyone_described {
-        let launched = launch_for_all(comm, reqs, &all, desc_len, stream).and_then(|()| stream.synchronize());
-        if let Err(e) = &launched {
-            log::warn!(target: "COLL", "device operation on rank 0: {e}");
-        }
-        u8::from(launched.is_err())
-    } else {
-        0
-    };
-    if !everyone_described {
-        host_all_gather(comm, &[status])?;
-        described?;
-        return Err(Error::remote("a rank could not export its device buffers through CUDA IPC (see its log)"));
-    }
-    let statuses = host_all_gather(comm, &[status])?;
-    if statuses[0] != 0 {
-        return Err(Error::remote("rank 0 failed to run the device operation (see its log)"));
-    }
-    Ok(())
-}
-
-/// Fills this rank's part of the exchange: IPC exports of its buffers and its scalars.
-fn describe_buffers(comm: &Comm, reqs: &[OpRequest], mine: &mut [u8]) -> Result<()> {
-    for (i, req) in reqs.iter().enumerate() {
-        let d = &mut mine[DESC_HEADER_BYTES + i * OP_DESC_BYTES..][..OP_DESC_BYTES];
-        let (send_len, recv_len) = buffer_lengths(req, comm.rank, comm.nranks)?;
-        if send_len > 0 {
-            ipc::export(req.send)?.encode(&mut d[..ipc::EXPORT_BYTES]);
-        }
-        if recv_len > 0 {
-            ipc::export(req.recv)?.encode(&mut d[ipc::EXPORT_BYTES..2 * ipc::EXPORT_BYTES]);
-        }
-        if let Some(Pre::Mul(bits)) = req.reduction.map(|r| r.pre) {
-            d[2 * ipc::EXPORT_BYTES..].copy_from_slice(&bits);
-        }
-    }
-    Ok(())
-}
-
-/// NCCL's channel lines for the IPC path, once per communicator, and a hint when processes
-/// share the GPU (their kernels then take turns unless MPS runs).
-fn log_gpu_path_once(comm: &Arc<Comm>) {
-    thread_local! {
-        static LOGGED: RefCell<Vec<std::sync::Weak<Comm>>> = const { RefCell::new(Vec::new()) };
-    }
-    let first = LOGGED.with(|l| {
-        let mut l = l.borrow_mut();
-        l.retain(|w| w.strong_count() > 0);
-        if l.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(comm))) {
-            return false;
-        }
-        l.push(Arc::downgrade(comm));
-        true
-    });
-    if !first {
-        return;
-    }
-    let (rank, n, dev) = (comm.rank, comm.nranks, comm.cuda_dev);
-    for peer in (1..n).map(|d| (rank + d) % n) {
-        log::info!(target: "P2P", "Channel 00/0 : {rank}[{dev}] -> {peer}[{dev}] via P2P/IPC");
-    }
-    let processes = {
-        let mut pids: Vec<u32> = comm.peers.iter().map(|p| p.pid).collect();
-        pids.sort_unstable();
-        pids.dedup();
-        pids.len()
-    };
-    if processes > 1 && rank == 0 {
-        log::info!(
-            target: "INIT",
-            "{processes} processes share CUDA device {dev}: rank 0 runs each collective's kernels for all of them; \
-             with the MPS daemon (nvidia-cuda-mps-control -d) their own work would not take turns on the GPU"
-        );
-    }
-}
-
-/// A host all-gather of `mine` (the same length on every rank) over the communicator.
-fn host_all_gather(comm: &Arc<Comm>, mine: &[u8]) -> Result<Vec<u8>> {
-    let mut all = vec![0u8; mine.len() * comm.nranks];
-    let req = OpRequest {
-        op: CollOp::AllGather,
-        send: mine.as_ptr(),
-        recv: all.as_mut_ptr(),
-        count: mine.len(),
-        dtype: crate::types::DataType::Uint8,
-        reduction: None,
-        mem: MemKind::Host,
-        stream: Stream(0),
-        pre_device: None,
-    };
-    super::run_one(comm, &req)?;
-    Ok(all)
-}
-
-/// Rank 0's part of a GPU job: every rank's buffers resolved in this process, then one
-/// kernel or copy per output.
-// Loops run over rank numbers, which index several per-rank tables at once.
-#[allow(clippy::needless_range_loop)]
-fn launch_for_all(comm: &Comm, reqs: &[OpRequest], all: &[u8], desc_len: usize, stream: Stream) -> Result<()> {
-    let n = comm.nranks;
-    let me = std::process::id();
-    for (i, req) in reqs.iter().enumerate() {
-        let es = req.dtype.size();
-        let block = req.count * es;
-        let mut send = Vec::with_capacity(n);
-        let mut recv = Vec::with_capacity(n);
-        let mut pre = Vec::with_capacity(n);
-        for r in 0..n {
-            let desc = &all[r * desc_len..][..desc_len];
-            let pid = u32::from_le_bytes(desc[..4].try_into().map_err(|_| Error::internal("short descriptor"))?);
-            let d = &desc[DESC_HEADER_BYTES + i * OP_DESC_BYTES..][..OP_DESC_BYTES];
-            let (send_len, recv_len) = buffer_lengths(req, r, n)?;
-            let resolve = |bytes: &[u8], len: usize| -> Result<*mut u8> {
-                if len == 0 {
-                    return Ok(std::ptr::null_mut());
-                }
-                let e = ipc::Export::decode(bytes).ok_or_else(|| Error::internal("bad buffer export"))?;
-                if pid == me {
-                    Ok(e.addr as *mut u8)
-                } else {
-                    ipc::open(pid, &e)
-                }
-            };
-            send.push(resolve(&d[..ipc::EXPORT_BYTES], send_len)? as *const u8);
-            recv.push(resolve(&d[ipc::EXPORT_BYTES..2 * ipc::EXPORT_BYTES], recv_len)?);
-            let mut bits = [0u8; 8];
-            bits.copy_from_slice(&d[2 * ipc::EXPORT_BYTES..]);
-            pre.push(kernels::PreScalar::Bits(bits));
-        }
-        let copy = |dst: *mut u8, src: *const u8| -> Result<()> {
-            if std::ptr::eq(dst, src) || block == 0 {
-                return Ok(());
-            }
-            // SAFETY: both are live device buffers of the ranks (exported by them for this
-            // operation, which they keep alive until it completes) of at least `block` bytes
-            // at these offsets, by NCCL's buffer-size rules.
-            unsafe { stream.copy(dst, src, block) }
-        };
-        let fold = |out: *mut u8, more_outs: &[*mut u8], inputs: &[*const u8]| -> Result<()> {
-            let red = req.reduction.ok_or_else(|| Error::internal("reduction without an operator"))?;
-            if !kernels::loaded(req.dtype) {
-                // Building them now could wait for streams that wait on this very operation.
-                return Err(Error::invalid_usage(
-                    "the CUDA reduction kernels were not built for this context: create communicators with \
-                     the CUDA device current (cudaSetDevice before ncclCommInitRank), as NCCL requires",
-                ));
-            }
-            // The operator and the post step are every rank's; the pre scalars are each rank's
-            // own (exchanged above).
-            let (kind, _, post_div) = kernels::from_reduction(&red);
-            let f = kernels::Fold {
-                dtype: req.dtype,
-                kind,
-                out,
-                inputs,
-                pre: if red.has_pre() { &pre } else { &[] },
-                post_div,
-                count: req.count,
-                more_outs,
-            };
-            // SAFETY: out and inputs are live device buffers of `count` elements (as for copy).
-            unsafe { kernels::fold(stream, &f) }
-        };
-        // SAFETY (offsets below): NCCL's size rules give every buffer used here room for
-        // `n * block` bytes where a block index is added.
-        let at = |p: *const u8, k: usize| p.wrapping_add(k * block);
-        match req.op {
-            // One pass: every input read once, every rank's output written once.
-            CollOp::AllReduce => fold(recv[0], &recv[1..], &send)?,
-            CollOp::Reduce { root } => fold(recv[root], &[], &send)?,
-            CollOp::ReduceScatter => {
-                for k in 0..n {
-                    let inputs: Vec<*const u8> = send.iter().map(|&s| at(s, k)).collect();
-                    fold(recv[k], &[], &inputs)?;
-                }
-            }
-            CollOp::AllGather => {
-                for k in 0..n {
-                    for j in 0..n {
-                        copy(at(recv[k], j) as *mut u8, send[j])?;
-                    }
-                }
-            }
-            CollOp::Broadcast { root } => {
-                for k in 0..n {
-                    copy(recv[k], send[root])?;
-                }
-            }
-            CollOp::AlltoAll => {
-                for k in 0..n {
-                    for j in 0..n {
-                        copy(at(recv[k], j) as *mut u8, at(send[j], k))?;
-                    }
-                }
-            }
-            CollOp::Gather { root } => {
-                for j in 0..n {
-                    copy(at(recv[root], j) as *mut u8, send[j])?;
-                }
-            }
-            CollOp::Scatter { root } => {
-                for k in 0..n {
-                    copy(recv[k], at(send[root], k))?;
-                }
-            }
-            CollOp::Send { .. } | CollOp::Recv { .. } => {
-                return Err(Error::internal("point-to-point operation in a GPU job"))
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Rejects device buffers of a device other than the communicator's, and calls that mix host

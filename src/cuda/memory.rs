@@ -158,6 +158,65 @@ impl Drop for Pinned {
     }
 }
 
+/// Host memory this process mapped (for example shared with other processes) made reachable
+/// by the GPU: stream memory operations and copies can target it. Unregistered on drop,
+/// unless [`Registered::keep`] was called because streams may still use it.
+pub struct Registered {
+    ptr: *mut u8,
+    dev: sys::CUdeviceptr,
+    keep: bool,
+}
+
+// SAFETY: the registration is process-wide; the value only holds addresses.
+unsafe impl Send for Registered {}
+// SAFETY: as above.
+unsafe impl Sync for Registered {}
+
+impl Registered {
+    /// Registers `len` bytes at `ptr` (page-aligned, mapped for as long as this value lives).
+    ///
+    /// # Safety
+    /// The mapping must outlive the returned value.
+    pub unsafe fn new(ptr: *mut u8, len: usize) -> Result<Registered> {
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+        // SAFETY: ptr..ptr+len is a live mapping (caller's contract).
+        check(unsafe { sys::cuMemHostRegister_v2(ptr as *mut std::ffi::c_void, len, flags) }, "cuMemHostRegister")?;
+        let mut dev: sys::CUdeviceptr = 0;
+        // SAFETY: ptr was just registered with DEVICEMAP; out-pointer is a live local.
+        let res = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, ptr as *mut std::ffi::c_void, 0) };
+        if let Err(e) = check(res, "cuMemHostGetDevicePointer") {
+            // SAFETY: registered just above, unregistered once.
+            unsafe { sys::cuMemHostUnregister(ptr as *mut std::ffi::c_void) };
+            return Err(e);
+        }
+        Ok(Registered { ptr, dev, keep: false })
+    }
+
+    /// The GPU's address of the first byte.
+    pub fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.dev
+    }
+
+    /// Never unregister (streams may still wait on this memory; unregistering could wait for
+    /// them, or leave them reading unmapped pages).
+    pub fn keep(&mut self) {
+        self.keep = true;
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
+        // SAFETY: registered in new() and unregistered once.
+        let res = unsafe { sys::cuMemHostUnregister(self.ptr as *mut std::ffi::c_void) };
+        if res != sys::CUresult::CUDA_SUCCESS {
+            log::warn!(target: "ALLOC", "cuMemHostUnregister failed: {}", driver::describe(res));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

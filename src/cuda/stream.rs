@@ -61,6 +61,20 @@ impl Stream {
         check(unsafe { sys::cuStreamWaitValue32_v2(self.raw(), addr, value, flags) }, "cuStreamWaitValue32")
     }
 
+    /// Holds the stream until the 32-bit value at `addr` equals `value` (flags that are set
+    /// and reset: the same values every time, so that a captured graph can replay them).
+    pub fn wait_flag_eq(self, addr: sys::CUdeviceptr, value: u32) -> Result<()> {
+        let flags = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32;
+        // SAFETY: as for write_flag.
+        check(unsafe { sys::cuStreamWaitValue32_v2(self.raw(), addr, value, flags) }, "cuStreamWaitValue32")
+    }
+
+    /// Makes work queued on this stream from now on wait for `event`'s last record.
+    pub fn wait_event(self, event: &Event) -> Result<()> {
+        // SAFETY: the stream is the caller's, the event is live (owned by `event`).
+        check(unsafe { sys::cuStreamWaitEvent(self.raw(), event.0, 0) }, "cuStreamWaitEvent")
+    }
+
     /// A new stream of ferroccl's own in the current context, not synchronising with the
     /// legacy default stream. Never destroyed: one per worker thread, for the process's life.
     pub fn create() -> Result<Stream> {
@@ -75,5 +89,37 @@ impl Stream {
     pub fn synchronize(self) -> Result<()> {
         // SAFETY: the stream handle is the caller's.
         check(unsafe { sys::cuStreamSynchronize(self.raw()) }, "cuStreamSynchronize")
+    }
+}
+
+/// A CUDA event of ferroccl's own (no timing), to order one stream after another.
+pub struct Event(sys::CUevent);
+
+// SAFETY: an event handle may be used from any thread of the process.
+unsafe impl Send for Event {}
+// SAFETY: as above; the driver synchronises concurrent use of a handle.
+unsafe impl Sync for Event {}
+
+impl Event {
+    pub fn create() -> Result<Event> {
+        let mut e: sys::CUevent = std::ptr::null_mut();
+        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        // SAFETY: a context is current (callers run in one); out-pointer is a live local.
+        check(unsafe { sys::cuEventCreate(&mut e, flags) }, "cuEventCreate")?;
+        Ok(Event(e))
+    }
+
+    /// Records the work queued on `stream` so far.
+    pub fn record(&self, stream: Stream) -> Result<()> {
+        // SAFETY: the event is live; the stream is the caller's.
+        check(unsafe { sys::cuEventRecord(self.0, stream.raw()) }, "cuEventRecord")
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: created by cuEventCreate and destroyed once; the driver defers the release
+        // until recorded work completes.
+        let _ = unsafe { sys::cuEventDestroy_v2(self.0) };
     }
 }

@@ -233,6 +233,7 @@ pub extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
         // One coverage line per communicator, at teardown: data connections are made on
         // first use, so only then is the picture complete.
         Coverage::log(&c);
+        crate::coll::one_gpu::release_streams(&c);
         c.abort();
         log::info!(target: "DESTROY", "comm {:p} rank {} nranks {} - Abort COMPLETE", comm, c.rank, c.nranks);
         Ok(())

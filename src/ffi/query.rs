@@ -43,6 +43,7 @@ pub extern "C" fn ncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut ncclR
     boundary("ncclCommGetAsyncError", || {
         let c = comm::lookup(comm, "ncclCommGetAsyncError")?;
         non_null(asyncError, "ncclCommGetAsyncError", "asyncError")?;
+        crate::coll::one_gpu::poll_async_error(&c);
         // SAFETY: checked non-null.
         unsafe { asyncError.write(c.async_error()) };
         Ok(())

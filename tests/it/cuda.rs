@@ -276,6 +276,9 @@ fn gpu_child_rank() {
     let mut comm: ncclComm_t = std::ptr::null_mut();
     check(ncclCommInitRank(&mut comm, n as i32, id, rank as i32), "init");
     device_collectives(rank, n, comm);
+    if std::env::var_os("NCCL_P2P_DISABLE").is_none() {
+        device_scalar_and_graph(rank, n, comm);
+    }
     check(ncclCommDestroy(comm), "destroy");
     println!("GPU CHILD {rank} OK");
 }
@@ -319,4 +322,69 @@ fn gpu_processes_staged() {
         return;
     }
     gpu_processes(2, &[("NCCL_P2P_DISABLE", "1")]);
+}
+
+/// PreMulSum with a device-resident scalar, written on the stream just before each call: the
+/// operation must read it in stream order (a read at call time would see the old value).
+/// Then an all-reduce captured in a CUDA graph and replayed with new inputs each time.
+fn device_scalar_and_graph(rank: usize, n: usize, comm: ncclComm_t) {
+    assert!(gpu_context(), "rank thread could not make the context current");
+    let stream = new_stream();
+    let raw = stream as sys::CUstream;
+    let count = 4096 + 5;
+    let ones = DevBuf::from(&vec![1.0f32; count]);
+    let recv = DevBuf::new(count);
+    let scalar = DevBuf::from(&[0.0f32]);
+    let mut op = ncclRedOp_t(0);
+    check(ncclRedOpCreatePreMulSum(&mut op, scalar.p(), F32, ncclScalarResidence_t(0), comm), "premulsum device");
+    for round in 0..3 {
+        let value = (rank + 1) as f32 * (round + 1) as f32;
+        // SAFETY: the scalar buffer holds one float; the stream is live.
+        cu(unsafe { sys::cuMemsetD32Async(scalar.ptr, value.to_bits(), 1, raw) }, "memset scalar");
+        check(ncclAllReduce(ones.p(), recv.p(), count, F32, op, comm, stream), "allreduce device scalar");
+        sync(stream);
+        let want: f32 = (0..n).map(|r| (r + 1) as f32 * (round + 1) as f32).sum();
+        expect_eq(&recv.download(), &vec![want; count], "premulsum with a device scalar set on the stream");
+    }
+
+    let send = DevBuf::new(count);
+    let mut graph: sys::CUgraph = std::ptr::null_mut();
+    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+    // SAFETY: the stream is live and not capturing.
+    cu(unsafe { sys::cuStreamBeginCapture_v2(raw, mode) }, "cuStreamBeginCapture");
+    let r = ncclAllReduce(send.p(), recv.p(), count, F32, ncclRedOp_t(0), comm, stream);
+    // SAFETY: capture began above; out-pointer is live.
+    cu(unsafe { sys::cuStreamEndCapture(raw, &mut graph) }, "cuStreamEndCapture");
+    check(r, "allreduce under capture");
+    let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+    // SAFETY: graph came from the capture; out-pointer is live.
+    cu(unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) }, "cuGraphInstantiate");
+    for replay in 0..4 {
+        let value = (rank * 10 + replay) as f32;
+        // SAFETY: send holds count floats; the stream is live.
+        cu(unsafe { sys::cuMemsetD32Async(send.ptr, value.to_bits(), count, raw) }, "memset input");
+        // SAFETY: exec is an instantiated graph; the stream is live.
+        cu(unsafe { sys::cuGraphLaunch(exec, raw) }, "cuGraphLaunch");
+        sync(stream);
+        let want: f32 = (0..n).map(|r| (r * 10 + replay) as f32).sum();
+        expect_eq(&recv.download(), &vec![want; count], "all-reduce replayed from a CUDA graph");
+    }
+    // SAFETY: created above, used no more (the stream is synchronised).
+    unsafe {
+        sys::cuGraphExecDestroy(exec);
+        sys::cuGraphDestroy(graph);
+    }
+}
+
+#[test]
+fn device_scalar_and_graph_threads_1_2_3() {
+    if skip("device_scalar_and_graph_threads_1_2_3") {
+        return;
+    }
+    for n in [1usize, 2, 3] {
+        with_ranks(n, move |rank, comm| {
+            device_collectives(rank, n, comm.0);
+            device_scalar_and_graph(rank, n, comm.0)
+        });
+    }
 }

@@ -1,0 +1,597 @@
+//! Device-buffer collectives of ranks that all use this host's one GPU.
+//!
+//! One rank (rank 0) runs each collective's kernels and copies for every rank, reading and
+//! writing the others' buffers through CUDA IPC. Nobody else launches anything: processes that
+//! share a GPU without MPS take turns on it, so a kernel per rank would cost a time slice each,
+//! and a kernel spinning on another process's flag can stall for a whole slice. Streams are
+//! ordered across processes with stream memory operations on flags in host memory that all
+//! ranks map (one page per communicator, registered with CUDA in every process):
+//!
+//! ```text
+//! rank r > 0 stream:  [scalar -> page]  ready[r] = 1   wait done[r] == 1   done[r] = 0
+//! rank 0 stream:      wait ready[r] == 1, ready[r] = 0 (each r)   kernels   done[r] = 1 (each r)
+//! ```
+//!
+//! The flags only ever take the values 0 and 1, so the same memory operations can be captured
+//! in a CUDA graph and replayed. On the host, each call sends rank 0 where this rank's buffers
+//! are (a gather over the communicator): the only host-side wait is that of the other ranks for
+//! rank 0 to reach the same call, never for the GPU.
+//!
+//! A rank that fails (a buffer it cannot export, a launch that fails) still writes and waits
+//! on its flags, so no stream waits forever; rank 0 marks the failure in the page and the
+//! others see it in `ncclCommGetAsyncError`. `ncclCommAbort` releases the stream waits of its
+//! rank from the host.
+
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::reduce::Pre;
+use super::{buffer_lengths, CollOp, OpRequest};
+use crate::comm::Comm;
+use crate::cuda::ipc;
+use crate::cuda::kernels::{self, PreScalar};
+use crate::cuda::memory::{MemKind, Registered};
+use crate::cuda::stream::{Event, Stream};
+use crate::error::{Error, Result};
+use crate::transport::peer_mem::{self, PeerMaps, SharedRef};
+
+/// Ranks one page serves (and one fold kernel reads at most).
+const MAX_RANKS: usize = kernels::MAX_INPUTS;
+/// Bytes of a rank's flag line: ready, done, error, finished (u32 each), alone on a cache line.
+const LINE_BYTES: usize = 64;
+/// Device-resident PreMulSum scalars one rank can pass in one group.
+const SCALARS_PER_RANK: usize = 504;
+/// Bytes of the page: the flag lines, then each rank's scalar slots.
+const PAGE_BYTES: usize = MAX_RANKS * LINE_BYTES + MAX_RANKS * SCALARS_PER_RANK * 8;
+const _: () = assert!(PAGE_BYTES <= 64 << 10);
+
+#[derive(Clone, Copy)]
+enum Word {
+    Ready = 0,
+    Done = 1,
+    Error = 2,
+    /// The sequence number of the last operation whose flag work this rank's stream has
+    /// passed: at destroy, the page is unregistered only when the stream is through.
+    Finished = 3,
+}
+
+/// The page's place in this process: rank 0's own allocation or a mapping of it.
+enum PageMemory {
+    Owned(*mut u8),
+    Mapped(#[allow(dead_code)] PeerMaps),
+}
+
+impl Drop for PageMemory {
+    fn drop(&mut self) {
+        if let PageMemory::Owned(p) = *self {
+            peer_mem::free_shared(p);
+        }
+    }
+}
+
+/// One communicator's state for this path, in this process.
+pub struct CommGpu {
+    base: *mut u8,
+    /// The page's address for the GPU.
+    dev: u64,
+    /// Taken (unregistered) before `memory` is unmapped; see Drop.
+    registration: Mutex<Option<Registered>>,
+    memory: ManuallyDrop<PageMemory>,
+    /// Operations queued on this rank (the value its stream writes to `Finished`).
+    submitted: AtomicU32,
+    /// A graph was captured, or the communicator aborted: `Finished` no longer tells whether
+    /// streams are through with the page (replays write older sequence numbers).
+    unsure: AtomicBool,
+    /// The stream of the last operation and an event to order a different next one after it.
+    last: Mutex<Option<(Stream, Event)>>,
+    rank: usize,
+}
+
+// SAFETY: the page is shared memory accessed through atomics (host) and stream memory
+// operations (GPU); the rest is owned.
+unsafe impl Send for CommGpu {}
+// SAFETY: as above.
+unsafe impl Sync for CommGpu {}
+
+impl CommGpu {
+    fn word(&self, rank: usize, w: Word) -> &AtomicU32 {
+        debug_assert!(rank < MAX_RANKS);
+        // SAFETY: the page holds MAX_RANKS aligned lines of four u32 words and lives as long
+        // as self; the GPU writes them with 32-bit stores, so atomic host access is sound.
+        unsafe { &*(self.base.add(rank * LINE_BYTES + 4 * w as usize) as *const AtomicU32) }
+    }
+
+    fn flag_addr(&self, rank: usize, w: Word) -> u64 {
+        self.dev + (rank * LINE_BYTES + 4 * w as usize) as u64
+    }
+
+    fn scalar_offset(rank: usize, slot: usize) -> usize {
+        MAX_RANKS * LINE_BYTES + (rank * SCALARS_PER_RANK + slot) * 8
+    }
+}
+
+impl Drop for CommGpu {
+    fn drop(&mut self) {
+        let through = self.word(self.rank, Word::Finished).load(Ordering::Acquire)
+            == self.submitted.load(Ordering::Acquire)
+            && !self.unsure.load(Ordering::Acquire);
+        let mut reg = self.registration.lock().unwrap_or_else(|p| p.into_inner());
+        if !through {
+            // A stream may still wait on the page: keep it (a few KiB) rather than pull it away.
+            if let Some(r) = reg.as_mut() {
+                r.keep();
+            }
+            return;
+        }
+        drop(reg.take()); // unregister, then unmap
+        drop(reg);
+        // SAFETY: dropped once, here; never used again.
+        unsafe { ManuallyDrop::drop(&mut self.memory) };
+    }
+}
+
+/// Whether a job can run here: one communicator whose ranks all use this host's same GPU,
+/// device buffers only, collectives only (point-to-point keeps the staged path), one stream,
+/// and NCCL_P2P_DISABLE unset. Every rank decides alike from what all ranks agree on.
+pub fn applies(ops: &[(Arc<Comm>, OpRequest)]) -> bool {
+    let Some((first, first_req)) = ops.first() else { return false };
+    if crate::env::get_bool("NCCL_P2P_DISABLE") || !first.node_area || first.nranks > MAX_RANKS {
+        return false;
+    }
+    let same_gpu = first.peers.iter().all(|p| p.cuda_dev == first.cuda_dev);
+    same_gpu
+        && ops.iter().all(|(c, r)| {
+            Arc::ptr_eq(c, first)
+                && r.mem.is_device()
+                && r.stream == first_req.stream
+                && !matches!(r.op, CollOp::Send { .. } | CollOp::Recv { .. })
+        })
+}
+
+/// The communicator's page, set up on first use (a collective step: every rank calls this at
+/// the same operation).
+fn comm_gpu(comm: &Arc<Comm>) -> Result<Arc<CommGpu>> {
+    if let Some(g) = comm.with_layer_state(|s: &mut super::LayerState| s.gpu.clone()) {
+        return Ok(g);
+    }
+    let g = Arc::new(set_up_page(comm)?);
+    comm.with_layer_state(|s: &mut super::LayerState| s.gpu = Some(g.clone()));
+    Ok(g)
+}
+
+fn set_up_page(comm: &Arc<Comm>) -> Result<CommGpu> {
+    // Rank 0 allocates; the others learn (pid, fd, serial, size) by a host broadcast and map
+    // it through /proc/<pid>/fd (the node area's access rule). A rank that fails says so in
+    // the broadcast's first word so that all fail alike.
+    let mut msg = [0u8; 40];
+    let mut owned = None;
+    if comm.rank == 0 {
+        match peer_mem::alloc_shared(PAGE_BYTES) {
+            Ok(p) => {
+                let r = peer_mem::locate(p as usize, PAGE_BYTES).ok_or_else(|| Error::internal("page not located"))?;
+                msg[0..4].copy_from_slice(&std::process::id().to_le_bytes());
+                msg[4..8].copy_from_slice(&r.fd.to_le_bytes());
+                msg[8..16].copy_from_slice(&r.serial.to_le_bytes());
+                msg[16..24].copy_from_slice(&r.size.to_le_bytes());
+                msg[24] = 1;
+                owned = Some(p);
+            }
+            Err(e) => log::warn!(target: "INIT", "device path: {e}"),
+        }
+    }
+    host_broadcast(comm, &mut msg)?;
+    if msg[24] != 1 {
+        return Err(Error::remote("rank 0 could not allocate the shared flag page for device operations"));
+    }
+    let word = |a: usize, b: usize| -> u64 {
+        let mut w = [0u8; 8];
+        w[..b - a].copy_from_slice(&msg[a..b]);
+        u64::from_le_bytes(w)
+    };
+    let (base, memory) = match owned {
+        Some(p) => (p, PageMemory::Owned(p)),
+        None => {
+            let mut maps = PeerMaps::default();
+            let r = SharedRef { fd: word(4, 8) as i32, serial: word(8, 16), size: word(16, 24), offset: 0 };
+            let p = maps
+                .resolve(word(0, 4) as u32, &r)
+                .ok_or_else(|| Error::invalid_usage("cannot map rank 0's flag page for device operations (see the SHM log line)"))?;
+            (p, PageMemory::Mapped(maps))
+        }
+    };
+    // SAFETY: base..base+PAGE_BYTES is mapped for as long as the CommGpu (which owns the
+    // mapping) lives, and the registration is dropped first (CommGpu::drop).
+    let registration = unsafe { Registered::new(base, PAGE_BYTES)? };
+    Ok(CommGpu {
+        base,
+        dev: registration.device_ptr(),
+        registration: Mutex::new(Some(registration)),
+        memory: ManuallyDrop::new(memory),
+        submitted: AtomicU32::new(0),
+        unsure: AtomicBool::new(false),
+        last: Mutex::new(None),
+        rank: comm.rank,
+    })
+}
+
+/// Bytes each rank sends rank 0 per operation: its send and receive buffers (IPC exports).
+const OP_DESC_BYTES: usize = 2 * ipc::EXPORT_BYTES;
+/// The header: process id (4 bytes), status (1: this rank's buffers could not be exported).
+const DESC_HEADER_BYTES: usize = 8;
+
+/// Queues one group's (or call's) operations, all on one communicator and one stream.
+pub fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<()> {
+    let stream = reqs[0].stream;
+    let capturing = stream.is_capturing()?;
+    let g = comm_gpu(comm)?;
+    log_path_once(comm);
+    if capturing {
+        g.unsure.store(true, Ordering::Release);
+    } else {
+        order_after_last_stream(&g, stream)?;
+    }
+    let n = comm.nranks;
+    let desc_len = DESC_HEADER_BYTES + reqs.len() * OP_DESC_BYTES;
+    let mut mine = vec![0u8; desc_len];
+    mine[..4].copy_from_slice(&std::process::id().to_le_bytes());
+    let described = if comm.rank == 0 { Ok(()) } else { describe_buffers(comm, reqs, &mut mine) };
+    if let Err(e) = &described {
+        log::warn!(target: "COLL", "device operation: {e}");
+        mine[4] = 1;
+    }
+    let mut all = vec![0u8; if comm.rank == 0 { desc_len * n } else { 0 }];
+    host_gather(comm, &mine, &mut all)?;
+    let seq = g.submitted.load(Ordering::Relaxed).wrapping_add(1);
+    let result = if comm.rank == 0 { lead(comm, &g, reqs, &all, desc_len, stream, seq) } else {
+        follow(comm, &g, reqs, stream, seq)
+    };
+    g.submitted.store(seq, Ordering::Release);
+    if !capturing {
+        record_last_stream(&g, stream)?;
+    }
+    described?;
+    result
+}
+
+/// A different stream than the last operation's waits for that one (the flags assume one
+/// operation at a time per rank and communicator, as call order gives on one stream).
+fn order_after_last_stream(g: &CommGpu, stream: Stream) -> Result<()> {
+    let last = g.last.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((s, e)) = last.as_ref() {
+        if *s != stream {
+            stream.wait_event(e)?;
+        }
+    }
+    Ok(())
+}
+
+fn record_last_stream(g: &CommGpu, stream: Stream) -> Result<()> {
+    let mut last = g.last.lock().unwrap_or_else(|p| p.into_inner());
+    if last.is_none() {
+        *last = Some((stream, Event::create()?));
+    }
+    let (s, e) = last.as_mut().expect("set above");
+    *s = stream;
+    e.record(stream)
+}
+
+/// A rank other than 0: its device scalars into the page, then the flag handshake.
+fn follow(comm: &Comm, g: &CommGpu, reqs: &[OpRequest], stream: Stream, seq: u32) -> Result<()> {
+    let r = comm.rank;
+    let mut slot = 0;
+    for req in reqs {
+        if let Some(at) = req.pre_device {
+            if slot == SCALARS_PER_RANK {
+                return Err(Error::invalid_usage(format!(
+                    "more than {SCALARS_PER_RANK} operations with device-resident scalars in one group"
+                )));
+            }
+            let dst = g.dev + CommGpu::scalar_offset(r, slot) as u64;
+            // SAFETY: dst is this rank's scalar slot in the registered page (kept while
+            // streams use it); the source is the user's scalar (valid per ncclScalarDevice's
+            // contract).
+            unsafe { stream.copy(dst as *mut u8, at as *const u8, req.dtype.size())? };
+            slot += 1;
+        }
+    }
+    stream.write_flag(g.flag_addr(r, Word::Ready), 1)?;
+    stream.wait_flag_eq(g.flag_addr(r, Word::Done), 1)?;
+    stream.write_flag(g.flag_addr(r, Word::Done), 0)?;
+    stream.write_flag(g.flag_addr(r, Word::Finished), seq)
+}
+
+/// Rank 0: wait for every rank's stream, run everything, release every rank.
+#[allow(clippy::too_many_arguments)]
+fn lead(
+    comm: &Comm,
+    g: &CommGpu,
+    reqs: &[OpRequest],
+    all: &[u8],
+    desc_len: usize,
+    stream: Stream,
+    seq: u32,
+) -> Result<()> {
+    let n = comm.nranks;
+    for r in 1..n {
+        stream.wait_flag_eq(g.flag_addr(r, Word::Ready), 1)?;
+        stream.write_flag(g.flag_addr(r, Word::Ready), 0)?;
+    }
+    let everyone_described = (1..n).all(|r| all[r * desc_len + 4] == 0);
+    let launched = if everyone_described {
+        launch_for_all(comm, reqs, all, desc_len, stream, g.dev)
+    } else {
+        Err(Error::remote("a rank could not export its device buffers through CUDA IPC (see its log)"))
+    };
+    if let Err(e) = &launched {
+        log::warn!(target: "COLL", "device operation on rank 0: {e}");
+        comm.set_async_error(e);
+        for r in 1..n {
+            stream.write_flag(g.flag_addr(r, Word::Error), 1)?;
+        }
+    }
+    for r in 1..n {
+        stream.write_flag(g.flag_addr(r, Word::Done), 1)?;
+    }
+    stream.write_flag(g.flag_addr(0, Word::Finished), seq)?;
+    launched
+}
+
+/// Fills this rank's part of the gather: IPC exports of its buffers.
+fn describe_buffers(comm: &Comm, reqs: &[OpRequest], mine: &mut [u8]) -> Result<()> {
+    for (i, req) in reqs.iter().enumerate() {
+        let d = &mut mine[DESC_HEADER_BYTES + i * OP_DESC_BYTES..][..OP_DESC_BYTES];
+        let (send_len, recv_len) = buffer_lengths(req, comm.rank, comm.nranks)?;
+        if send_len > 0 {
+            ipc::export(req.send)?.encode(&mut d[..ipc::EXPORT_BYTES]);
+        }
+        if recv_len > 0 {
+            ipc::export(req.recv)?.encode(&mut d[ipc::EXPORT_BYTES..2 * ipc::EXPORT_BYTES]);
+        }
+    }
+    Ok(())
+}
+
+/// Where the failure of another rank shows (`ncclCommGetAsyncError`): rank 0 marks it in the
+/// page; found there, it is recorded on the communicator.
+pub fn poll_async_error(comm: &Comm) {
+    let Some(g) = comm.with_layer_state(|s: &mut super::LayerState| s.gpu.clone()) else { return };
+    if g.word(comm.rank, Word::Error).load(Ordering::Acquire) != 0 {
+        comm.set_async_error(&Error::remote("rank 0 failed to run a device operation (see its log)"));
+    }
+}
+
+/// ncclCommAbort: releases this rank's streams from waits on the page (their operations are
+/// abandoned; the page is then kept until the process ends).
+pub fn release_streams(comm: &Comm) {
+    let Some(g) = comm.with_layer_state(|s: &mut super::LayerState| s.gpu.clone()) else { return };
+    g.unsure.store(true, Ordering::Release); // never unregister: streams may still run
+    g.word(comm.rank, Word::Error).store(1, Ordering::Release);
+    g.word(comm.rank, Word::Done).store(1, Ordering::Release);
+    if comm.rank == 0 {
+        for r in 1..comm.nranks {
+            g.word(r, Word::Ready).store(1, Ordering::Release);
+        }
+    }
+}
+
+/// NCCL's channel lines for this path, once per communicator, and a hint when processes
+/// share the GPU.
+fn log_path_once(comm: &Arc<Comm>) {
+    let first = comm.with_layer_state(|s: &mut super::LayerState| !std::mem::replace(&mut s.gpu_logged, true));
+    if !first {
+        return;
+    }
+    let (rank, n, dev) = (comm.rank, comm.nranks, comm.cuda_dev);
+    for peer in (1..n).map(|d| (rank + d) % n) {
+        log::info!(target: "P2P", "Channel 00/0 : {rank}[{dev}] -> {peer}[{dev}] via P2P/IPC");
+    }
+    let processes = {
+        let mut pids: Vec<u32> = comm.peers.iter().map(|p| p.pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids.len()
+    };
+    if processes > 1 && rank == 0 {
+        log::info!(
+            target: "INIT",
+            "{processes} processes share CUDA device {dev}: rank 0 runs each collective's kernels for all of them; \
+             with the MPS daemon (nvidia-cuda-mps-control -d) their own work would not take turns on the GPU"
+        );
+    }
+}
+
+/// Gathers `mine` (the same length on every rank) to rank 0's `all`.
+fn host_gather(comm: &Arc<Comm>, mine: &[u8], all: &mut [u8]) -> Result<()> {
+    if comm.nranks == 1 {
+        all.copy_from_slice(mine);
+        return Ok(());
+    }
+    let req = host_request(CollOp::Gather { root: 0 }, mine.as_ptr(), all.as_mut_ptr(), mine.len());
+    super::run_one(comm, &req)
+}
+
+fn host_broadcast(comm: &Arc<Comm>, buf: &mut [u8]) -> Result<()> {
+    let req = host_request(CollOp::Broadcast { root: 0 }, buf.as_ptr(), buf.as_mut_ptr(), buf.len());
+    super::run_one(comm, &req)
+}
+
+fn host_request(op: CollOp, send: *const u8, recv: *mut u8, count: usize) -> OpRequest {
+    OpRequest {
+        op,
+        send,
+        recv,
+        count,
+        dtype: crate::types::DataType::Uint8,
+        reduction: None,
+        mem: MemKind::Host,
+        stream: Stream(0),
+        pre_device: None,
+    }
+}
+
+/// Rank 0's part: every rank's buffers resolved in this process, then one kernel per output
+/// set (one pass over the data where the operation allows), or copies.
+// Loops run over rank numbers, which index several per-rank tables at once.
+#[allow(clippy::needless_range_loop)]
+fn launch_for_all(comm: &Comm, reqs: &[OpRequest], all: &[u8], desc_len: usize, stream: Stream, dev: u64) -> Result<()> {
+    let n = comm.nranks;
+    let me = std::process::id();
+    let mut scalar_slot = vec![0usize; n];
+    for (i, req) in reqs.iter().enumerate() {
+        let es = req.dtype.size();
+        let block = req.count * es;
+        let mut send = Vec::with_capacity(n);
+        let mut recv = Vec::with_capacity(n);
+        let mut pre = Vec::with_capacity(n);
+        let own_pre = req.reduction.as_ref().map_or(PreScalar::None, |r| kernels::from_reduction(r).1);
+        for r in 0..n {
+            if r == 0 {
+                send.push(req.send);
+                recv.push(req.recv);
+                pre.push(match req.pre_device {
+                    Some(at) => PreScalar::Device(at as *const u8),
+                    None => own_pre,
+                });
+                continue;
+            }
+            let desc = &all[r * desc_len..][..desc_len];
+            let pid = u32::from_le_bytes(desc[..4].try_into().map_err(|_| Error::internal("short descriptor"))?);
+            let d = &desc[DESC_HEADER_BYTES + i * OP_DESC_BYTES..][..OP_DESC_BYTES];
+            let (send_len, recv_len) = buffer_lengths(req, r, n)?;
+            let resolve = |bytes: &[u8], len: usize| -> Result<*mut u8> {
+                if len == 0 {
+                    return Ok(std::ptr::null_mut());
+                }
+                let e = ipc::Export::decode(bytes).ok_or_else(|| Error::internal("bad buffer export"))?;
+                if pid == me {
+                    Ok(e.addr as *mut u8)
+                } else {
+                    ipc::open(pid, &e)
+                }
+            };
+            send.push(resolve(&d[..ipc::EXPORT_BYTES], send_len)? as *const u8);
+            recv.push(resolve(&d[ipc::EXPORT_BYTES..2 * ipc::EXPORT_BYTES], recv_len)?);
+            // Every rank passes the same operator; a device-resident scalar is each rank's own
+            // (copied into its page slot by its stream just before its ready flag).
+            pre.push(match req.reduction.map(|red| red.pre) {
+                Some(Pre::Mul(_)) if req.pre_device.is_some() => {
+                    let at = dev + CommGpu::scalar_offset(r, scalar_slot[r]) as u64;
+                    scalar_slot[r] += 1;
+                    PreScalar::Device(at as *const u8)
+                }
+                _ => own_pre,
+            });
+        }
+        let copy_to_all = |outs: &[*mut u8], src: *const u8| -> Result<()> {
+            let outs: Vec<*mut u8> = outs.iter().copied().filter(|&o| !std::ptr::eq(o, src)).collect();
+            if outs.is_empty() || block == 0 {
+                return Ok(());
+            }
+            if outs.len() == 1 {
+                // SAFETY: both are live device buffers of the ranks (exported by them for
+                // this operation, which they keep alive until it completes) of at least
+                // `block` bytes at these offsets, by NCCL's buffer-size rules.
+                return unsafe { stream.copy(outs[0], src, block) };
+            }
+            // One read of the source for all outputs: a one-input fold (a copy) with more
+            // outputs; needs the copy kernels of a byte type, loaded at init.
+            need_kernels(crate::types::DataType::Uint8)?;
+            let f = kernels::Fold {
+                dtype: crate::types::DataType::Uint8,
+                kind: crate::reduce::ReduceKind::Sum,
+                out: outs[0],
+                inputs: &[src],
+                pre: &[],
+                post_div: None,
+                count: block,
+                more_outs: &outs[1..],
+            };
+            // SAFETY: as for the copy above.
+            unsafe { kernels::fold(stream, &f) }
+        };
+        let fold = |out: *mut u8, more_outs: &[*mut u8], inputs: &[*const u8]| -> Result<()> {
+            let red = req.reduction.ok_or_else(|| Error::internal("reduction without an operator"))?;
+            need_kernels(req.dtype)?;
+            let (kind, _, post_div) = kernels::from_reduction(&red);
+            let f = kernels::Fold {
+                dtype: req.dtype,
+                kind,
+                out,
+                inputs,
+                pre: if red.has_pre() { &pre } else { &[] },
+                post_div,
+                count: req.count,
+                more_outs,
+            };
+            // SAFETY: out and inputs are live device buffers of `count` elements (as above).
+            unsafe { kernels::fold(stream, &f) }
+        };
+        // SAFETY (offsets below): NCCL's size rules give every buffer used here room for
+        // `n * block` bytes where a block index is added.
+        let at = |p: *const u8, k: usize| p.wrapping_add(k * block);
+        match req.op {
+            // One pass: every input read once, every rank's output written once.
+            CollOp::AllReduce => fold(recv[0], &recv[1..], &send)?,
+            CollOp::Reduce { root } => fold(recv[root], &[], &send)?,
+            CollOp::ReduceScatter => {
+                for k in 0..n {
+                    let inputs: Vec<*const u8> = send.iter().map(|&s| at(s, k)).collect();
+                    fold(recv[k], &[], &inputs)?;
+                }
+            }
+            CollOp::AllGather => {
+                for j in 0..n {
+                    let outs: Vec<*mut u8> = recv.iter().map(|&r| at(r, j) as *mut u8).collect();
+                    copy_to_all(&outs, send[j])?;
+                }
+            }
+            CollOp::Broadcast { root } => copy_to_all(&recv, send[root])?,
+            CollOp::AlltoAll => {
+                for k in 0..n {
+                    for j in 0..n {
+                        copy_to_all(&[at(recv[k], j) as *mut u8], at(send[j], k))?;
+                    }
+                }
+            }
+            CollOp::Gather { root } => {
+                for j in 0..n {
+                    copy_to_all(&[at(recv[root], j) as *mut u8], send[j])?;
+                }
+            }
+            CollOp::Scatter { root } => {
+                for k in 0..n {
+                    copy_to_all(&[recv[k]], at(send[root], k))?;
+                }
+            }
+            CollOp::Send { .. } | CollOp::Recv { .. } => {
+                return Err(Error::internal("point-to-point operation on the one-GPU path"))
+            }
+        }
+    }
+    Ok(())
+}
+
+fn need_kernels(dtype: crate::types::DataType) -> Result<()> {
+    if kernels::loaded(dtype) {
+        return Ok(());
+    }
+    // Building them now could wait for streams that wait on this very operation.
+    Err(Error::invalid_usage(
+        "the CUDA reduction kernels were not built for this context: create communicators with the CUDA \
+         device current (cudaSetDevice before ncclCommInitRank), as NCCL requires",
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_layout_keeps_flags_and_scalars_apart() {
+        let last_flag_end = MAX_RANKS * LINE_BYTES;
+        assert!(CommGpu::scalar_offset(0, 0) >= last_flag_end);
+        assert_eq!(CommGpu::scalar_offset(MAX_RANKS - 1, SCALARS_PER_RANK - 1) + 8, PAGE_BYTES);
+        assert!(4 * (Word::Finished as usize) + 4 <= LINE_BYTES);
+    }
+}
