@@ -215,8 +215,11 @@ fn set_up_page(comm: &Arc<Comm>) -> Result<CommGpu> {
     })
 }
 
-/// Bytes each rank sends rank 0 per operation: its send and receive buffers (IPC exports).
-const OP_DESC_BYTES: usize = 2 * ipc::EXPORT_BYTES;
+/// Bytes each rank sends rank 0 per operation: its send and receive buffers (IPC exports) and
+/// its PreMulSum scalar (each rank's own: 8 bytes of value, then 1 when it is device-resident
+/// and comes through the rank's page slot instead).
+const OP_DESC_BYTES: usize = 2 * ipc::EXPORT_BYTES + 16;
+const PRE_AT: usize = 2 * ipc::EXPORT_BYTES;
 /// The header: process id (4 bytes), status (1: this rank's buffers could not be exported).
 const DESC_HEADER_BYTES: usize = 8;
 
@@ -348,6 +351,10 @@ fn describe_buffers(comm: &Comm, reqs: &[OpRequest], mine: &mut [u8]) -> Result<
         if recv_len > 0 {
             ipc::export(req.recv)?.encode(&mut d[ipc::EXPORT_BYTES..2 * ipc::EXPORT_BYTES]);
         }
+        if let Some(Pre::Mul(bits)) = req.reduction.map(|r| r.pre) {
+            d[PRE_AT..PRE_AT + 8].copy_from_slice(&bits);
+            d[PRE_AT + 8] = u8::from(req.pre_device.is_some());
+        }
     }
     Ok(())
 }
@@ -472,13 +479,19 @@ fn launch_for_all(comm: &Comm, reqs: &[OpRequest], all: &[u8], desc_len: usize, 
             };
             send.push(resolve(&d[..ipc::EXPORT_BYTES], send_len)? as *const u8);
             recv.push(resolve(&d[ipc::EXPORT_BYTES..2 * ipc::EXPORT_BYTES], recv_len)?);
-            // Every rank passes the same operator; a device-resident scalar is each rank's own
-            // (copied into its page slot by its stream just before its ready flag).
+            // Every rank passes the same operator, but a PreMulSum scalar is each rank's own:
+            // sent above, or, when device-resident, copied into the rank's page slot by its
+            // stream just before its ready flag.
             pre.push(match req.reduction.map(|red| red.pre) {
-                Some(Pre::Mul(_)) if req.pre_device.is_some() => {
+                Some(Pre::Mul(_)) if d[PRE_AT + 8] == 1 => {
                     let at = dev + CommGpu::scalar_offset(r, scalar_slot[r]) as u64;
                     scalar_slot[r] += 1;
                     PreScalar::Device(at as *const u8)
+                }
+                Some(Pre::Mul(_)) => {
+                    let mut bits = [0u8; 8];
+                    bits.copy_from_slice(&d[PRE_AT..PRE_AT + 8]);
+                    PreScalar::Bits(bits)
                 }
                 _ => own_pre,
             });

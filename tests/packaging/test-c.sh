@@ -70,6 +70,16 @@ check "nccl.h includes CUDA's headers when they are on the include path (C99 and
   '$CXX' -std=c++11 $STRICT -I'$INC' -I'$T/fakecuda' -x c++ -fsyntax-only '$T/cuda_includes.c'"
 check "without CUDA's headers on the path the same program does not compile (the check above can fail)" bash -c "
   ! '$CC' -std=c99 $STRICT -I'$INC' -fsyntax-only '$T/cuda_includes.c' 2>/dev/null"
+CUDA_INC=${CUDA_HOME:-/usr/local/cuda}/include
+if [ -f "$CUDA_INC/cuda_runtime.h" ]; then
+  # The real toolkit's headers are not -pedantic clean in C; C++ uses half, bf16 and fp8.
+  check "nccl.h with the CUDA toolkit's own headers ($CUDA_INC): C99 links and runs, C++11 knows half/bf16/fp8" bash -c "
+    printf '#include \"nccl.h\"\nint main(void){cudaStream_t s=0;int v=0;(void)s;return !(ncclGetVersion(&v)==ncclSuccess&&v==NCCL_VERSION_CODE&&CUDART_VERSION>0);}\n' >'$WORK/real_cuda.c' &&
+    '$CC' -std=c99 -I'$INC' -I'$CUDA_INC' -o '$WORK/real_cuda' '$WORK/real_cuda.c' -L'$LIB' -lnccl && '$WORK/real_cuda' &&
+    '$CXX' -std=c++11 -I'$INC' -I'$CUDA_INC' -o '$WORK/real_cuda_cxx' '$T/real_cuda_types.cpp' -L'$LIB' -lnccl && '$WORK/real_cuda_cxx'"
+else
+  echo "skipped: nccl.h with the CUDA toolkit's own headers (no $CUDA_INC/cuda_runtime.h here; runs on the GPU machine)"
+fi
 check "FERROCCL_NO_CUDA_HEADERS keeps CUDA's headers out" bash -c "
   ! '$CC' -std=c99 $STRICT -DFERROCCL_NO_CUDA_HEADERS -I'$INC' -I'$T/fakecuda' -fsyntax-only '$T/cuda_includes.c' 2>/dev/null"
 check "nccl.h included twice (include guard), C11" \
