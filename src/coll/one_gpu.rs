@@ -32,7 +32,7 @@ use crate::comm::Comm;
 use crate::cuda::ipc;
 use crate::cuda::kernels::{self, PreScalar};
 use crate::cuda::memory::{MemKind, Registered};
-use crate::cuda::stream::{Event, Stream};
+use crate::cuda::stream::{Event, FlagOp, Stream};
 use crate::error::{Error, Result};
 use crate::transport::peer_mem::{self, PeerMaps, SharedRef};
 
@@ -246,8 +246,8 @@ pub fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<()> {
     let mut all = vec![0u8; if comm.rank == 0 { desc_len * n } else { 0 }];
     host_gather(comm, &mine, &mut all)?;
     let seq = g.submitted.load(Ordering::Relaxed).wrapping_add(1);
-    let result = if comm.rank == 0 { lead(comm, &g, reqs, &all, desc_len, stream, seq) } else {
-        follow(comm, &g, reqs, stream, seq)
+    let result = if comm.rank == 0 { lead(comm, &g, reqs, &all, desc_len, stream, capturing, seq) } else {
+        follow(comm, &g, reqs, stream, capturing, seq)
     };
     g.submitted.store(seq, Ordering::Release);
     if !capturing {
@@ -280,7 +280,7 @@ fn record_last_stream(g: &CommGpu, stream: Stream) -> Result<()> {
 }
 
 /// A rank other than 0: its device scalars into the page, then the flag handshake.
-fn follow(comm: &Comm, g: &CommGpu, reqs: &[OpRequest], stream: Stream, seq: u32) -> Result<()> {
+fn follow(comm: &Comm, g: &CommGpu, reqs: &[OpRequest], stream: Stream, capturing: bool, seq: u32) -> Result<()> {
     let r = comm.rank;
     let mut slot = 0;
     for req in reqs {
@@ -298,10 +298,15 @@ fn follow(comm: &Comm, g: &CommGpu, reqs: &[OpRequest], stream: Stream, seq: u32
             slot += 1;
         }
     }
-    stream.write_flag(g.flag_addr(r, Word::Ready), 1)?;
-    stream.wait_flag_eq(g.flag_addr(r, Word::Done), 1)?;
-    stream.write_flag(g.flag_addr(r, Word::Done), 0)?;
-    stream.write_flag(g.flag_addr(r, Word::Finished), seq)
+    stream.flag_ops(
+        &[
+            FlagOp::Write(g.flag_addr(r, Word::Ready), 1),
+            FlagOp::WaitEq(g.flag_addr(r, Word::Done), 1),
+            FlagOp::Write(g.flag_addr(r, Word::Done), 0),
+            FlagOp::Write(g.flag_addr(r, Word::Finished), seq),
+        ],
+        capturing,
+    )
 }
 
 /// Rank 0: wait for every rank's stream, run everything, release every rank.
@@ -313,30 +318,29 @@ fn lead(
     all: &[u8],
     desc_len: usize,
     stream: Stream,
+    capturing: bool,
     seq: u32,
 ) -> Result<()> {
     let n = comm.nranks;
-    for r in 1..n {
-        stream.wait_flag_eq(g.flag_addr(r, Word::Ready), 1)?;
-        stream.write_flag(g.flag_addr(r, Word::Ready), 0)?;
-    }
+    let waits: Vec<FlagOp> = (1..n)
+        .flat_map(|r| [FlagOp::WaitEq(g.flag_addr(r, Word::Ready), 1), FlagOp::Write(g.flag_addr(r, Word::Ready), 0)])
+        .collect();
+    stream.flag_ops(&waits, capturing)?;
     let everyone_described = (1..n).all(|r| all[r * desc_len + 4] == 0);
     let launched = if everyone_described {
         launch_for_all(comm, reqs, all, desc_len, stream, g.dev)
     } else {
         Err(Error::remote("a rank could not export its device buffers through CUDA IPC (see its log)"))
     };
+    let mut releases = Vec::with_capacity(2 * n);
     if let Err(e) = &launched {
         log::warn!(target: "COLL", "device operation on rank 0: {e}");
         comm.set_async_error(e);
-        for r in 1..n {
-            stream.write_flag(g.flag_addr(r, Word::Error), 1)?;
-        }
+        releases.extend((1..n).map(|r| FlagOp::Write(g.flag_addr(r, Word::Error), 1)));
     }
-    for r in 1..n {
-        stream.write_flag(g.flag_addr(r, Word::Done), 1)?;
-    }
-    stream.write_flag(g.flag_addr(0, Word::Finished), seq)?;
+    releases.extend((1..n).map(|r| FlagOp::Write(g.flag_addr(r, Word::Done), 1)));
+    releases.push(FlagOp::Write(g.flag_addr(0, Word::Finished), seq));
+    stream.flag_ops(&releases, capturing)?;
     launched
 }
 

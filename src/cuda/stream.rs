@@ -69,6 +69,65 @@ impl Stream {
         check(unsafe { sys::cuStreamWaitValue32_v2(self.raw(), addr, value, flags) }, "cuStreamWaitValue32")
     }
 
+    /// Queues several flag operations in order with one driver call (one command batch for
+    /// the GPU), or one call each while the stream is being captured into a graph.
+    pub fn flag_ops(self, ops: &[FlagOp], capturing: bool) -> Result<()> {
+        if capturing {
+            for op in ops {
+                match *op {
+                    FlagOp::WaitEq(addr, value) => self.wait_flag_eq(addr, value)?,
+                    FlagOp::Write(addr, value) => self.write_flag(addr, value)?,
+                }
+            }
+            return Ok(());
+        }
+        let mut params: Vec<sys::CUstreamBatchMemOpParams> = ops
+            .iter()
+            .map(|op| {
+                // SAFETY: a plain-data union for which all-zero bytes are a valid value; the
+                // variant used is set in full below.
+                let mut p: sys::CUstreamBatchMemOpParams = unsafe { std::mem::zeroed() };
+                match *op {
+                    FlagOp::WaitEq(address, value) => {
+                        p.waitValue = sys::CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st {
+                            operation: sys::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WAIT_VALUE_32,
+                            address,
+                            __bindgen_anon_1:
+                                sys::CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st__bindgen_ty_1 {
+                                    value,
+                                },
+                            flags: sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32,
+                            alias: 0,
+                        }
+                    }
+                    FlagOp::Write(address, value) => {
+                        p.writeValue = sys::CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st {
+                            operation: sys::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_32,
+                            address,
+                            __bindgen_anon_1:
+                                sys::CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st__bindgen_ty_1 {
+                                    value,
+                                },
+                            flags: 0,
+                            alias: 0,
+                        }
+                    }
+                }
+                p
+            })
+            .collect();
+        // The driver takes fewer than 256 operations per call.
+        for chunk in params.chunks_mut(255) {
+            // SAFETY: chunk is a live array of fully initialised operations on addresses ferroccl
+            // keeps alive while streams use them (as for write_flag).
+            check(
+                unsafe { sys::cuStreamBatchMemOp_v2(self.raw(), chunk.len() as u32, chunk.as_mut_ptr(), 0) },
+                "cuStreamBatchMemOp",
+            )?;
+        }
+        Ok(())
+    }
+
     /// Makes work queued on this stream from now on wait for `event`'s last record.
     pub fn wait_event(self, event: &Event) -> Result<()> {
         // SAFETY: the stream is the caller's, the event is live (owned by `event`).
@@ -90,6 +149,15 @@ impl Stream {
         // SAFETY: the stream handle is the caller's.
         check(unsafe { sys::cuStreamSynchronize(self.raw()) }, "cuStreamSynchronize")
     }
+}
+
+/// One stream memory operation on a 32-bit flag at a device-visible address.
+#[derive(Clone, Copy, Debug)]
+pub enum FlagOp {
+    /// Hold the stream until the flag equals the value.
+    WaitEq(sys::CUdeviceptr, u32),
+    /// Write the value when the stream gets there.
+    Write(sys::CUdeviceptr, u32),
 }
 
 /// A CUDA event of ferroccl's own (no timing), to order one stream after another.
