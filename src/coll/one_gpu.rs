@@ -4,8 +4,10 @@
 //! writing the others' buffers through CUDA IPC. Nobody else launches anything: processes that
 //! share a GPU without MPS take turns on it, so a kernel per rank would cost a time slice each,
 //! and a kernel spinning on another process's flag can stall for a whole slice. Streams are
-//! ordered across processes with stream memory operations on flags in host memory that all
-//! ranks map (one page per communicator, registered with CUDA in every process):
+//! ordered across processes with stream memory operations on set/reset flags in a small device
+//! block of rank 0's that the others map through CUDA IPC; what hosts read (a rank's failure,
+//! how far its stream got) and device-resident scalars go through a host page that all ranks map
+//! and register with CUDA:
 //!
 //! ```text
 //! rank r > 0 stream:  [scalar -> page]  ready[r] = 1   wait done[r] == 1   done[r] = 0
@@ -45,8 +47,13 @@ const SCALARS_PER_RANK: usize = 504;
 /// Bytes of the page: the flag lines, then each rank's scalar slots.
 const PAGE_BYTES: usize = MAX_RANKS * LINE_BYTES + MAX_RANKS * SCALARS_PER_RANK * 8;
 const _: () = assert!(PAGE_BYTES <= 64 << 10);
+/// Bytes of the device flag block: one line per rank (Ready and Done used).
+const FLAG_BLOCK_BYTES: usize = MAX_RANKS * LINE_BYTES;
 
-#[derive(Clone, Copy)]
+/// A rank's flags. Ready and Done, which the GPU polls, live in device memory (a block rank 0
+/// allocates and the others map through CUDA IPC: a wait there is served from the GPU's own
+/// memory, not across PCIe); Error and Finished, which hosts read, live in the host page.
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Word {
     Ready = 0,
     Done = 1,
@@ -75,6 +82,8 @@ pub struct CommGpu {
     base: *mut u8,
     /// The page's address for the GPU.
     dev: u64,
+    /// The device flag block's address in this process.
+    flags: u64,
     /// Taken (unregistered) before `memory` is unmapped; see Drop.
     registration: Mutex<Option<Registered>>,
     memory: ManuallyDrop<PageMemory>,
@@ -96,14 +105,15 @@ unsafe impl Sync for CommGpu {}
 
 impl CommGpu {
     fn word(&self, rank: usize, w: Word) -> &AtomicU32 {
-        debug_assert!(rank < MAX_RANKS);
+        debug_assert!(rank < MAX_RANKS && matches!(w, Word::Error | Word::Finished));
         // SAFETY: the page holds MAX_RANKS aligned lines of four u32 words and lives as long
         // as self; the GPU writes them with 32-bit stores, so atomic host access is sound.
         unsafe { &*(self.base.add(rank * LINE_BYTES + 4 * w as usize) as *const AtomicU32) }
     }
 
     fn flag_addr(&self, rank: usize, w: Word) -> u64 {
-        self.dev + (rank * LINE_BYTES + 4 * w as usize) as u64
+        let base = if matches!(w, Word::Ready | Word::Done) { self.flags } else { self.dev };
+        base + (rank * LINE_BYTES + 4 * w as usize) as u64
     }
 
     fn scalar_offset(rank: usize, slot: usize) -> usize {
@@ -151,30 +161,51 @@ pub fn applies(ops: &[(Arc<Comm>, OpRequest)]) -> bool {
 
 /// The communicator's page, set up on first use (a collective step: every rank calls this at
 /// the same operation).
-fn comm_gpu(comm: &Arc<Comm>) -> Result<Arc<CommGpu>> {
+fn comm_gpu(comm: &Arc<Comm>, capturing: bool) -> Result<Arc<CommGpu>> {
     if let Some(g) = comm.with_layer_state(|s: &mut super::LayerState| s.gpu.clone()) {
         return Ok(g);
     }
+    if capturing {
+        // Setting up allocates and registers memory, which would invalidate the capture. Every
+        // rank captures alike, so every rank fails here alike.
+        return Err(Error::invalid_usage(
+            "the first device-buffer operation of a communicator cannot be captured into a CUDA graph: \
+             run one outside stream capture first (as a warm-up does)",
+        ));
+    }
+    crate::cuda::stream::probe_batch_capture();
     let g = Arc::new(set_up_page(comm)?);
     comm.with_layer_state(|s: &mut super::LayerState| s.gpu = Some(g.clone()));
     Ok(g)
 }
 
 fn set_up_page(comm: &Arc<Comm>) -> Result<CommGpu> {
-    // Rank 0 allocates; the others learn (pid, fd, serial, size) by a host broadcast and map
-    // it through /proc/<pid>/fd (the node area's access rule). A rank that fails says so in
-    // the broadcast's first word so that all fail alike.
-    let mut msg = [0u8; 40];
+    // Rank 0 allocates the host page and the device flag block; the others learn where they
+    // are by a host broadcast (pid, page fd, serial, size, ok, block export) and map them: the
+    // page through /proc/<pid>/fd (the node area's access rule), the block through CUDA IPC.
+    // A failure on rank 0 is said in the broadcast so that all fail alike.
+    const HEAD: usize = 32;
+    let mut msg = vec![0u8; HEAD + ipc::EXPORT_BYTES];
     let mut owned = None;
     if comm.rank == 0 {
-        match peer_mem::alloc_shared(PAGE_BYTES) {
-            Ok(p) => {
-                let r = peer_mem::locate(p as usize, PAGE_BYTES).ok_or_else(|| Error::internal("page not located"))?;
+        let made = (|| -> Result<(*mut u8, SharedRef, ipc::Export)> {
+            let block = crate::cuda::memory::alloc_internal_block(FLAG_BLOCK_BYTES)?;
+            let zero = crate::cuda::stream::private_stream()?;
+            zero.fill32(block, 0, FLAG_BLOCK_BYTES / 4)?;
+            zero.synchronize()?;
+            let export = ipc::export(block as *const u8)?;
+            let p = peer_mem::alloc_shared(PAGE_BYTES)?;
+            let r = peer_mem::locate(p as usize, PAGE_BYTES).ok_or_else(|| Error::internal("page not located"))?;
+            Ok((p, r, export))
+        })();
+        match made {
+            Ok((p, r, export)) => {
                 msg[0..4].copy_from_slice(&std::process::id().to_le_bytes());
                 msg[4..8].copy_from_slice(&r.fd.to_le_bytes());
                 msg[8..16].copy_from_slice(&r.serial.to_le_bytes());
                 msg[16..24].copy_from_slice(&r.size.to_le_bytes());
                 msg[24] = 1;
+                export.encode(&mut msg[HEAD..]);
                 owned = Some(p);
             }
             Err(e) => log::warn!(target: "INIT", "device path: {e}"),
@@ -182,21 +213,24 @@ fn set_up_page(comm: &Arc<Comm>) -> Result<CommGpu> {
     }
     host_broadcast(comm, &mut msg)?;
     if msg[24] != 1 {
-        return Err(Error::remote("rank 0 could not allocate the shared flag page for device operations"));
+        return Err(Error::remote("rank 0 could not set up the flags for device operations (see its log)"));
     }
     let word = |a: usize, b: usize| -> u64 {
         let mut w = [0u8; 8];
         w[..b - a].copy_from_slice(&msg[a..b]);
         u64::from_le_bytes(w)
     };
+    let pid = word(0, 4) as u32;
+    let export = ipc::Export::decode(&msg[HEAD..]).ok_or_else(|| Error::internal("bad flag block export"))?;
+    let flags = if pid == std::process::id() { export.addr } else { ipc::open(pid, &export)? as u64 };
     let (base, memory) = match owned {
         Some(p) => (p, PageMemory::Owned(p)),
         None => {
             let mut maps = PeerMaps::default();
             let r = SharedRef { fd: word(4, 8) as i32, serial: word(8, 16), size: word(16, 24), offset: 0 };
-            let p = maps
-                .resolve(word(0, 4) as u32, &r)
-                .ok_or_else(|| Error::invalid_usage("cannot map rank 0's flag page for device operations (see the SHM log line)"))?;
+            let p = maps.resolve(pid, &r).ok_or_else(|| {
+                Error::invalid_usage("cannot map rank 0's flag page for device operations (see the SHM log line)")
+            })?;
             (p, PageMemory::Mapped(maps))
         }
     };
@@ -206,6 +240,7 @@ fn set_up_page(comm: &Arc<Comm>) -> Result<CommGpu> {
     Ok(CommGpu {
         base,
         dev: registration.device_ptr(),
+        flags,
         registration: Mutex::new(Some(registration)),
         memory: ManuallyDrop::new(memory),
         submitted: AtomicU32::new(0),
@@ -227,7 +262,7 @@ const DESC_HEADER_BYTES: usize = 8;
 pub fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<()> {
     let stream = reqs[0].stream;
     let capturing = stream.is_capturing()?;
-    let g = comm_gpu(comm)?;
+    let g = comm_gpu(comm, capturing)?;
     log_path_once(comm);
     if capturing {
         g.unsure.store(true, Ordering::Release);
@@ -378,11 +413,19 @@ pub fn release_streams(comm: &Comm) {
     let Some(g) = comm.with_layer_state(|s: &mut super::LayerState| s.gpu.clone()) else { return };
     g.unsure.store(true, Ordering::Release); // never unregister: streams may still run
     g.word(comm.rank, Word::Error).store(1, Ordering::Release);
-    g.word(comm.rank, Word::Done).store(1, Ordering::Release);
-    if comm.rank == 0 {
-        for r in 1..comm.nranks {
-            g.word(r, Word::Ready).store(1, Ordering::Release);
+    // The GPU-polled flags are device memory: set them from ferroccl's own stream, which no
+    // user stream orders (it runs while theirs wait).
+    let released = crate::cuda::stream::private_stream().and_then(|s| {
+        s.fill32(g.flag_addr(comm.rank, Word::Done), 1, 1)?;
+        if comm.rank == 0 {
+            for r in 1..comm.nranks {
+                s.fill32(g.flag_addr(r, Word::Ready), 1, 1)?;
+            }
         }
+        Ok(())
+    });
+    if let Err(e) = released {
+        log::warn!(target: "COLL", "abort: could not release the streams waiting on device operations: {e}");
     }
 }
 

@@ -81,6 +81,16 @@ pub fn alloc_device(size: usize) -> Result<*mut u8> {
     Ok(dptr as *mut u8)
 }
 
+/// A small block of classic device memory (cuMemAlloc) for ferroccl's own use, exportable to
+/// other processes with legacy CUDA IPC. Never freed: freeing device memory can wait for every
+/// stream of the device, including ones that wait on the block.
+pub fn alloc_internal_block(size: usize) -> Result<u64> {
+    let mut dptr: sys::CUdeviceptr = 0;
+    // SAFETY: callers run with a current context; the out-pointer is a live local.
+    check(unsafe { sys::cuMemAlloc_v2(&mut dptr, size.max(1)) }, "cuMemAlloc")?;
+    Ok(dptr)
+}
+
 /// Frees memory from [`alloc_device`] (or any cuMemAlloc'd pointer).
 pub fn free_device(ptr: *mut u8) -> Result<()> {
     // SAFETY: ptr is device memory (the caller classified it); a wrong pointer is reported by

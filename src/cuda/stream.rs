@@ -70,9 +70,9 @@ impl Stream {
     }
 
     /// Queues several flag operations in order with one driver call (one command batch for
-    /// the GPU), or one call each while the stream is being captured into a graph.
+    /// the GPU), or one call each under graph capture where batches cannot be captured.
     pub fn flag_ops(self, ops: &[FlagOp], capturing: bool) -> Result<()> {
-        if capturing {
+        if capturing && !batch_capturable() {
             for op in ops {
                 match *op {
                     FlagOp::WaitEq(addr, value) => self.wait_flag_eq(addr, value)?,
@@ -148,6 +148,69 @@ impl Stream {
     pub fn synchronize(self) -> Result<()> {
         // SAFETY: the stream handle is the caller's.
         check(unsafe { sys::cuStreamSynchronize(self.raw()) }, "cuStreamSynchronize")
+    }
+}
+
+/// ferroccl's own non-blocking stream of the current context (created once per context and
+/// kept): for work that must not wait for, or be ordered after, the user's streams.
+pub fn private_stream() -> Result<Stream> {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static STREAMS: Mutex<Option<HashMap<usize, Stream>>> = Mutex::new(None);
+    let ctx = super::driver::current_context()
+        .ok_or_else(|| crate::error::Error::invalid_usage("no current CUDA context"))?;
+    let mut streams = STREAMS.lock().unwrap_or_else(|p| p.into_inner());
+    let map = streams.get_or_insert_with(HashMap::new);
+    if let Some(s) = map.get(&(ctx.0 as usize)) {
+        return Ok(*s);
+    }
+    let s = Stream::create()?;
+    map.insert(ctx.0 as usize, s);
+    Ok(s)
+}
+
+static BATCH_CAPTURABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// Whether a command batch of stream memory operations can be captured into a CUDA graph, as
+/// [`probe_batch_capture`] found (false before it ran: probing during a capture of the user's
+/// would make CUDA calls that invalidate it).
+pub fn batch_capturable() -> bool {
+    BATCH_CAPTURABLE.get().copied().unwrap_or(false)
+}
+
+/// Finds out once, on a private stream, whether command batches can be captured. Call it with
+/// the context current and outside any stream capture of this thread (communicator setup).
+pub fn probe_batch_capture() {
+    BATCH_CAPTURABLE.get_or_init(|| {
+        let probe = || -> Result<bool> {
+            let s = private_stream()?;
+            let word = super::memory::Pinned::new(4)?;
+            let addr = word.device_ptr()?;
+            let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+            // SAFETY: s is ferroccl's stream, not capturing.
+            check(unsafe { sys::cuStreamBeginCapture_v2(s.raw(), mode) }, "cuStreamBeginCapture")?;
+            let batched = s.flag_ops(&[FlagOp::Write(addr, 0), FlagOp::Write(addr, 1)], false).is_ok();
+            let mut graph: sys::CUgraph = std::ptr::null_mut();
+            // SAFETY: capture began above; out-pointer is a live local.
+            let ended = unsafe { sys::cuStreamEndCapture(s.raw(), &mut graph) };
+            if !graph.is_null() {
+                // SAFETY: the graph came from the capture and is not used again.
+                unsafe { sys::cuGraphDestroy(graph) };
+            }
+            drop(word); // only after the capture ended: the graph never ran
+            Ok(batched && ended == sys::CUresult::CUDA_SUCCESS)
+        };
+        let ok = probe().unwrap_or(false);
+        log::info!(target: "INIT", "CUDA: stream memory operation batches {} be captured in graphs", if ok { "can" } else { "cannot" });
+        ok
+    });
+}
+
+impl Stream {
+    /// Sets `count` 32-bit words at `addr` (device memory) to `value` when the stream gets there.
+    pub fn fill32(self, addr: sys::CUdeviceptr, value: u32, count: usize) -> Result<()> {
+        // SAFETY: addr is device memory of at least count words that ferroccl keeps alive.
+        check(unsafe { sys::cuMemsetD32Async(addr, value, count, self.raw()) }, "cuMemsetD32Async")
     }
 }
 

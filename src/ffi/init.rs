@@ -182,7 +182,10 @@ fn init_rank_checked(
 /// warns; a reduction on device memory then fails with the reason.
 fn prepare_device_kernels(context: Option<crate::cuda::driver::Context>) {
     let Some(ctx) = context else { return };
-    let prepared = crate::cuda::driver::make_current(ctx).and_then(|()| crate::cuda::kernels::prepare_current_device());
+    let prepared = crate::cuda::driver::make_current(ctx).and_then(|()| {
+        crate::cuda::stream::probe_batch_capture();
+        crate::cuda::kernels::prepare_current_device()
+    });
     if let Err(e) = prepared {
         log::warn!(target: "INIT", "CUDA reduction kernels are not available: {e}");
     }
