@@ -1,7 +1,8 @@
 //! CUDA IPC: other processes' device buffers, mapped into this one.
 //!
-//! A buffer is described by the IPC handle of its whole allocation plus its offset in it
-//! ([`Export`]). Opening a handle costs tens of microseconds (85 us measured on an H200), so
+//! A buffer is described by the handle of its whole allocation plus its offset in it
+//! ([`Export`]): a legacy CUDA IPC handle, or for ncclMemAlloc's cuMem memory a POSIX
+//! descriptor ([`super::vmm`]). Opening a handle costs tens of microseconds (85 us measured on an H200), so
 //! opened allocations are cached per (process, handle) for the life of the process. Ranks that
 //! are threads of one process use each other's pointers as they are: CUDA refuses to open a
 //! handle in the process that owns it.
@@ -14,43 +15,82 @@ use cudarc::driver::sys;
 use super::driver::check;
 use crate::error::Result;
 
-/// Bytes of an encoded [`Export`].
-pub const EXPORT_BYTES: usize = 64 + 8 + 8;
+/// Bytes of an encoded [`Export`]: kind (8, padded), handle (64), offset, address.
+pub const EXPORT_BYTES: usize = 8 + 64 + 8 + 8;
+
+/// How another process opens the allocation holding a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handle {
+    /// Legacy CUDA IPC (cudaMalloc / cuMemAlloc memory).
+    Legacy([u8; 64]),
+    /// An ncclMemAlloc (cuMem) allocation, exported as a POSIX descriptor ([`super::vmm`]).
+    Vmm { fd: i32, serial: u64, size: u64 },
+}
 
 /// A device buffer as another process can find it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Export {
-    pub handle: [u8; 64],
+    pub handle: Handle,
     /// Offset of the buffer in its allocation.
     pub offset: u64,
     /// The buffer's address in its own process (used as is by ranks of that process).
     pub addr: u64,
 }
 
+const KIND_LEGACY: u8 = 1;
+const KIND_VMM: u8 = 2;
+
 impl Export {
     pub fn encode(&self, out: &mut [u8]) {
-        out[..64].copy_from_slice(&self.handle);
-        out[64..72].copy_from_slice(&self.offset.to_le_bytes());
-        out[72..80].copy_from_slice(&self.addr.to_le_bytes());
+        out[..EXPORT_BYTES].fill(0);
+        match self.handle {
+            Handle::Legacy(h) => {
+                out[0] = KIND_LEGACY;
+                out[8..72].copy_from_slice(&h);
+            }
+            Handle::Vmm { fd, serial, size } => {
+                out[0] = KIND_VMM;
+                out[8..12].copy_from_slice(&fd.to_le_bytes());
+                out[16..24].copy_from_slice(&serial.to_le_bytes());
+                out[24..32].copy_from_slice(&size.to_le_bytes());
+            }
+        }
+        out[72..80].copy_from_slice(&self.offset.to_le_bytes());
+        out[80..88].copy_from_slice(&self.addr.to_le_bytes());
     }
 
-    /// Decodes from exactly [`EXPORT_BYTES`] bytes (`None` otherwise).
+    /// Decodes from exactly [`EXPORT_BYTES`] bytes (`None` otherwise, or for an unknown kind).
     pub fn decode(b: &[u8]) -> Option<Export> {
         if b.len() != EXPORT_BYTES {
             return None;
         }
-        let mut handle = [0u8; 64];
-        handle.copy_from_slice(&b[..64]);
-        Some(Export {
-            handle,
-            offset: u64::from_le_bytes(b[64..72].try_into().ok()?),
-            addr: u64::from_le_bytes(b[72..80].try_into().ok()?),
-        })
+        let u64_at = |i: usize| b[i..i + 8].try_into().ok().map(u64::from_le_bytes);
+        let handle = match b[0] {
+            KIND_LEGACY => {
+                let mut h = [0u8; 64];
+                h.copy_from_slice(&b[8..72]);
+                Handle::Legacy(h)
+            }
+            KIND_VMM => Handle::Vmm {
+                fd: i32::from_le_bytes(b[8..12].try_into().ok()?),
+                serial: u64_at(16)?,
+                size: u64_at(24)?,
+            },
+            _ => return None,
+        };
+        Some(Export { handle, offset: u64_at(72)?, addr: u64_at(80)? })
     }
 }
 
 /// Describes a device buffer for other processes. `ptr` must be device memory.
 pub fn export(ptr: *const u8) -> Result<Export> {
+    if let Some(s) = super::vmm::shareable(ptr)? {
+        return Ok(Export {
+            handle: Handle::Vmm { fd: s.fd, serial: s.serial, size: s.size },
+            offset: s.offset,
+            addr: ptr as u64,
+        });
+    }
     let mut base: sys::CUdeviceptr = 0;
     let mut size = 0usize;
     // SAFETY: ptr is device memory (classified by the caller); out-pointers are live locals.
@@ -58,12 +98,15 @@ pub fn export(ptr: *const u8) -> Result<Export> {
     check(res, "cuMemGetAddressRange")?;
     let mut handle = sys::CUipcMemHandle { reserved: [0; 64] };
     // SAFETY: base is the start of a live device allocation; out-pointer is a live local.
-    check(unsafe { sys::cuIpcGetMemHandle(&mut handle, base) }, "cuIpcGetMemHandle")?;
+    let res = unsafe { sys::cuIpcGetMemHandle(&mut handle, base) };
+    check(res, "cuIpcGetMemHandle").map_err(|e| {
+        e.context("this device memory cannot be shared with other processes (cuMem memory not made by ncclMemAlloc?)")
+    })?;
     let mut bytes = [0u8; 64];
     for (b, c) in bytes.iter_mut().zip(handle.reserved.iter()) {
         *b = *c as u8;
     }
-    Ok(Export { handle: bytes, offset: ptr as u64 - base, addr: ptr as u64 })
+    Ok(Export { handle: Handle::Legacy(bytes), offset: ptr as u64 - base, addr: ptr as u64 })
 }
 
 /// Mapped allocations of other processes: base address by (pid, handle).
@@ -72,13 +115,20 @@ static OPENED: Mutex<Option<OpenedMap>> = Mutex::new(None);
 
 /// The address of another process's buffer in this process (opening its allocation once).
 pub fn open(pid: u32, e: &Export) -> Result<*mut u8> {
+    let handle = match e.handle {
+        Handle::Legacy(h) => h,
+        Handle::Vmm { fd, serial, size } => {
+            return super::vmm::import(pid, &super::vmm::Shareable { fd, serial, size, offset: e.offset })
+        }
+    };
     let mut opened = OPENED.lock().unwrap_or_else(|p| p.into_inner());
     let map = opened.get_or_insert_with(HashMap::new);
-    let base = match map.get(&(pid, e.handle)) {
+    let base = match map.get(&(pid, handle)) {
         Some(&b) => b,
         None => {
+            let handle_bytes = handle;
             let mut handle = sys::CUipcMemHandle { reserved: [0; 64] };
-            for (c, b) in handle.reserved.iter_mut().zip(e.handle.iter()) {
+            for (c, b) in handle.reserved.iter_mut().zip(handle_bytes.iter()) {
                 *c = *b as std::ffi::c_char;
             }
             let mut base: sys::CUdeviceptr = 0;
@@ -86,7 +136,7 @@ pub fn open(pid: u32, e: &Export) -> Result<*mut u8> {
             // SAFETY: the handle came from a peer's cuIpcGetMemHandle; the driver validates it.
             check(unsafe { sys::cuIpcOpenMemHandle_v2(&mut base, handle, flags) }, "cuIpcOpenMemHandle")?;
             log::info!(target: "P2P", "P2P/IPC: mapped a device allocation of pid {pid}");
-            map.insert((pid, e.handle), base);
+            map.insert((pid, handle_bytes), base);
             base
         }
     };
@@ -98,12 +148,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn export_codec_round_trip_and_rejects_wrong_lengths() {
-        let e = Export { handle: [7; 64], offset: 4096, addr: 0x7f00_0000_1000 };
-        let mut b = [0u8; EXPORT_BYTES];
-        e.encode(&mut b);
-        assert_eq!(Export::decode(&b), Some(e));
-        assert_eq!(Export::decode(&b[..EXPORT_BYTES - 1]), None);
-        assert_eq!(Export::decode(&[0u8; EXPORT_BYTES + 1]), None);
+    fn export_codec_round_trip_and_rejects_wrong_lengths_and_kinds() {
+        for handle in [Handle::Legacy([7; 64]), Handle::Vmm { fd: 42, serial: 9, size: 2 << 20 }] {
+            let e = Export { handle, offset: 4096, addr: 0x7f00_0000_1000 };
+            let mut b = [0u8; EXPORT_BYTES];
+            e.encode(&mut b);
+            assert_eq!(Export::decode(&b), Some(e));
+            assert_eq!(Export::decode(&b[..EXPORT_BYTES - 1]), None);
+            let mut longer = b.to_vec();
+            longer.push(0);
+            assert_eq!(Export::decode(&longer), None);
+            let mut unknown = b;
+            unknown[0] = 0;
+            assert_eq!(Export::decode(&unknown), None);
+        }
     }
 }

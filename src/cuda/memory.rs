@@ -72,13 +72,42 @@ pub fn classify(ptr: *const u8) -> MemKind {
     MemKind::Device { device: ordinal }
 }
 
-/// Device memory for ncclMemAlloc, on the calling thread's current device. Allocated with
-/// the classic allocator so that other processes can open it with CUDA IPC.
+/// Classic allocations ncclMemAlloc made where VMM could not be used (freed by ncclMemFree).
+static CLASSIC: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+/// Device memory for ncclMemAlloc, on the calling thread's current device: exportable VMM
+/// memory as NCCL makes it ([`super::vmm`]), or, where the device cannot (no VMM or no POSIX
+/// descriptor handles), classic cuMemAlloc memory, which legacy CUDA IPC exports.
 pub fn alloc_device(size: usize) -> Result<*mut u8> {
+    let device = driver::current_device().unwrap_or(0);
+    if super::vmm::supported(device) {
+        match super::vmm::alloc(size, device) {
+            Ok(p) => return Ok(p),
+            Err(e) => log::info!(target: "ALLOC", "ncclMemAlloc: cuMem allocation failed ({e}); using cuMemAlloc"),
+        }
+    } else {
+        log::info!(target: "ALLOC", "ncclMemAlloc: device {device} has no exportable cuMem allocations; using cuMemAlloc");
+    }
     let mut dptr: sys::CUdeviceptr = 0;
     // SAFETY: callers check that a context is current; the out-pointer is a live local.
     check(unsafe { sys::cuMemAlloc_v2(&mut dptr, size.max(1)) }, "cuMemAlloc")?;
+    CLASSIC.lock().unwrap_or_else(|p| p.into_inner()).push(dptr);
     Ok(dptr as *mut u8)
+}
+
+/// Frees memory from [`alloc_device`]; `Ok(false)` when `ptr` is not such memory (nothing is
+/// freed then: device memory the user allocated is not ours to free).
+pub fn free_device(ptr: *mut u8) -> Result<bool> {
+    if super::vmm::free(ptr)? {
+        return Ok(true);
+    }
+    let mut classic = CLASSIC.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(i) = classic.iter().position(|&p| p == ptr as u64) else { return Ok(false) };
+    classic.swap_remove(i);
+    drop(classic);
+    // SAFETY: ptr came from cuMemAlloc in alloc_device and is freed once (removed above).
+    check(unsafe { sys::cuMemFree_v2(ptr as sys::CUdeviceptr) }, "cuMemFree")?;
+    Ok(true)
 }
 
 /// A small block of classic device memory (cuMemAlloc) for ferroccl's own use, exportable to
@@ -89,13 +118,6 @@ pub fn alloc_internal_block(size: usize) -> Result<u64> {
     // SAFETY: callers run with a current context; the out-pointer is a live local.
     check(unsafe { sys::cuMemAlloc_v2(&mut dptr, size.max(1)) }, "cuMemAlloc")?;
     Ok(dptr)
-}
-
-/// Frees memory from [`alloc_device`] (or any cuMemAlloc'd pointer).
-pub fn free_device(ptr: *mut u8) -> Result<()> {
-    // SAFETY: ptr is device memory (the caller classified it); a wrong pointer is reported by
-    // the driver, not dereferenced.
-    check(unsafe { sys::cuMemFree_v2(ptr as sys::CUdeviceptr) }, "cuMemFree")
 }
 
 /// Reads `out.len()` bytes of device memory now (synchronously, outside stream order).

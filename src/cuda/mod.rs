@@ -9,10 +9,13 @@
 //! - [`memory`]: what kind of memory a pointer is ([`memory::MemKind`]), device and pinned
 //!   allocations;
 //! - [`stream`]: stream-ordered copies and memory operations (wait/write a flag);
-//! - [`kernels`]: the reduction and copy kernels, compiled by NVRTC for the running GPU.
+//! - [`kernels`]: the reduction and copy kernels, compiled by NVRTC for the running GPU;
+//! - [`vmm`]: ncclMemAlloc's exportable allocations (cuMem*) and their import by peers;
+//! - [`ipc`]: any device buffer as another process on this host finds it.
 
 pub mod driver;
 pub mod ipc;
 pub mod kernels;
 pub mod memory;
 pub mod stream;
+pub mod vmm;

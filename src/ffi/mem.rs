@@ -39,8 +39,8 @@ pub extern "C" fn ncclMemFree(ptr: *mut c_void) -> ncclResult_t {
         if peer_mem::free_shared(ptr as *mut u8) {
             return Ok(());
         }
-        if memory::classify(ptr as *const u8).is_device() {
-            return memory::free_device(ptr as *mut u8);
+        if crate::cuda::driver::available() && memory::free_device(ptr as *mut u8)? {
+            return Ok(());
         }
         Err(Error::invalid_argument(format!("ncclMemFree: {ptr:p} was not allocated by ncclMemAlloc")))
     })

@@ -279,6 +279,7 @@ fn gpu_child_rank() {
     if std::env::var_os("NCCL_P2P_DISABLE").is_none() {
         device_scalar_and_graph(rank, n, comm);
     }
+    mem_alloc_collectives(rank, n, comm);
     check(ncclCommDestroy(comm), "destroy");
     println!("GPU CHILD {rank} OK");
 }
@@ -386,5 +387,52 @@ fn device_scalar_and_graph_threads_1_2_3() {
             device_collectives(rank, n, comm.0);
             device_scalar_and_graph(rank, n, comm.0)
         });
+    }
+}
+
+/// Collectives on ncclMemAlloc buffers (cuMem memory exported as a POSIX descriptor, which
+/// other processes import through pidfd_getfd; legacy CUDA IPC cannot open it). ncclMemFree
+/// frees them, and refuses device memory it did not allocate.
+fn mem_alloc_collectives(rank: usize, n: usize, comm: ncclComm_t) {
+    assert!(gpu_context(), "rank thread could not make the context current");
+    let stream = new_stream();
+    let count = (1 << 20) + 3;
+    let alloc = |len: usize| -> DevBuf {
+        let mut p: *mut c_void = std::ptr::null_mut();
+        check(ncclMemAlloc(&mut p, len * 4), "ncclMemAlloc");
+        assert!(ferroccl::cuda::memory::classify(p as *const u8).is_device(), "ncclMemAlloc gave host memory");
+        DevBuf { ptr: p as u64, len }
+    };
+    let input: Vec<f32> = (0..count).map(|i| (i % 31) as f32 + rank as f32).collect();
+    let send = alloc(count);
+    send.upload(&input);
+    let recv = alloc(count);
+    let gathered = alloc(count * n);
+    check(ncclAllReduce(send.p(), recv.p(), count, F32, ncclRedOp_t(0), comm, stream), "allreduce (ncclMemAlloc)");
+    check(ncclAllGather(send.p(), gathered.p(), count, F32, comm, stream), "allgather (ncclMemAlloc)");
+    sync(stream);
+    let ranks: f32 = (0..n).map(|r| r as f32).sum();
+    let want: Vec<f32> = (0..count).map(|i| (i % 31) as f32 * n as f32 + ranks).collect();
+    expect_eq(&recv.download(), &want, "all-reduce on ncclMemAlloc buffers");
+    let g = gathered.download();
+    for r in 0..n {
+        let want: Vec<f32> = (0..count).map(|i| (i % 31) as f32 + r as f32).collect();
+        expect_eq(&g[r * count..(r + 1) * count], &want, "all-gather on ncclMemAlloc buffers");
+    }
+    let user = DevBuf::new(16);
+    assert_eq!(ncclMemFree(user.p()), ncclResult_t::ncclInvalidArgument, "ncclMemFree of cuMemAlloc memory");
+    for b in [send, recv, gathered] {
+        check(ncclMemFree(b.p()), "ncclMemFree");
+        std::mem::forget(b); // freed by ncclMemFree, not by DevBuf's cuMemFree
+    }
+}
+
+#[test]
+fn mem_alloc_buffers_threads_1_and_2() {
+    if skip("mem_alloc_buffers_threads_1_and_2") {
+        return;
+    }
+    for n in [1usize, 2] {
+        with_ranks(n, move |rank, comm| mem_alloc_collectives(rank, n, comm.0));
     }
 }
