@@ -8,6 +8,10 @@
 //! worker:                            wait ready[*] >= seq -> run the host engine on staging -> done = seq
 //! ```
 //!
+//! A large operation is cut into pieces of [`CHUNK_BYTES`], each with its own sequence number:
+//! the stream queues every piece's copy-in and ready flag, then each piece's done wait and
+//! copy-out, so the copies of one piece overlap the network transfer of the others.
+//!
 //! The host engine ([`super::run`]) runs unchanged on the staged copies, on a worker thread
 //! that belongs to the calling thread (so one thread's calls keep their order, and ranks that
 //! are threads of one process progress independently). Streams and the worker hand work to
@@ -218,8 +222,11 @@ fn worker_loop(shared: &Shared, jobs: mpsc::Receiver<Job>) {
     while let Ok(mut job) = jobs.recv() {
         let waited = wait_ready(shared, &job);
         let result = waited.and_then(|()| {
-            for (comm, _) in &job.by_comm {
+            for (comm, reqs) in &mut job.by_comm {
                 comm.check_usable("device operation")?;
+                for req in reqs.iter_mut() {
+                    read_staged_scalar(req)?;
+                }
             }
             super::run(&job.by_comm)
         });
@@ -339,6 +346,11 @@ fn single_rank(req: &OpRequest) -> Result<()> {
 
 /// Stages a job's copies and flag operations on its streams and hands it to the worker.
 fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
+    if let [(comm, req)] = ops.as_slice() {
+        if let Some(plan) = chunk_plan(req, comm.nranks, CHUNK_BYTES) {
+            return enqueue_chunked(w, comm.clone(), *req, &plan);
+        }
+    }
     let shared = &w.shared;
     let seq = shared.submitted.load(Ordering::Relaxed).wrapping_add(1);
     // Streams in order of first use, with the operations on each.
@@ -352,14 +364,17 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
     let mut staged: Vec<(Arc<Comm>, OpRequest)> = Vec::with_capacity(ops.len());
     // (stream, device destination, staged source, bytes) for after the job.
     let mut copies_out: Vec<(Stream, *mut u8, *const u8, usize)> = Vec::new();
-    for (comm, mut req) in ops {
-        if let (Some(at), Some(red)) = (req.pre_device.take(), req.reduction.as_mut()) {
-            // Not yet in stream order on this path: read when the call is issued.
-            let mut bits = [0u8; 8];
-            crate::cuda::memory::read_device(at as *const u8, &mut bits[..req.dtype.size()])?;
-            *red = crate::reduce::Reduction::pre_mul_sum(req.dtype, &bits)?;
-        }
+    for (comm, req) in ops {
         let mut host = req;
+        if let Some(at) = req.pre_device {
+            // In stream order: the stream copies the scalar next to the inputs; the worker
+            // reads it once the ready flag says the copies are done.
+            let s = shared.take_staging(8)?;
+            // SAFETY: as for the input copies below; `at` is the user's device scalar.
+            unsafe { req.stream.copy(s.mem.as_ptr(), at as *const u8, req.dtype.size())? };
+            host.pre_device = Some(s.mem.as_ptr() as usize);
+            staging.push(s);
+        }
         if req.mem.is_device() {
             let (send_len, recv_len) = buffer_lengths(&req, comm.rank, comm.nranks)?;
             host.mem = MemKind::Host;
@@ -400,6 +415,142 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
     let job = Job { seq, by_comm, slots: streams.iter().map(|&(_, slot)| slot).collect(), staging };
     w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
     Ok(seq)
+}
+
+/// A staged operation's device-resident PreMulSum scalar, copied by its stream into pinned
+/// memory before the ready flag: read now and made the reduction's scalar.
+fn read_staged_scalar(req: &mut OpRequest) -> Result<()> {
+    let (Some(at), Some(red)) = (req.pre_device.take(), req.reduction.as_mut()) else { return Ok(()) };
+    let mut bits = [0u8; 8];
+    // SAFETY: `at` is 8 bytes of pinned staging memory the job owns, written by the stream
+    // before the ready flag this worker has seen.
+    unsafe { std::ptr::copy_nonoverlapping(at as *const u8, bits.as_mut_ptr(), req.dtype.size()) };
+    *red = crate::reduce::Reduction::pre_mul_sum(req.dtype, &bits)?;
+    Ok(())
+}
+
+/// Pieces a large staged operation is cut into: each is copied in, reduced or moved by the
+/// host engine, and copied out on its own, so that the copies of one piece overlap the network
+/// transfer of others. Large enough that the host engine runs each at full speed, small enough
+/// that the first copy-in and last copy-out (not overlapped) are a small part of the whole.
+const CHUNK_BYTES: usize = 8 << 20;
+
+/// How a piece of an operation lies in its buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PieceLayout {
+    /// Elements [a, b) of each buffer (all-reduce, broadcast, reduce, send, receive).
+    Contiguous,
+    /// All-gather: elements [a, b) of each of the n blocks of the output.
+    BlocksOut,
+    /// Reduce-scatter: elements [a, b) of each of the n blocks of the input.
+    BlocksIn,
+}
+
+/// How to cut a staged operation (`None`: run it whole: small, or an operation whose pieces
+/// are not one host call each, such as all-to-all, gather and scatter).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ChunkPlan {
+    layout: PieceLayout,
+    /// Element ranges of the per-rank count, in order, covering it exactly.
+    ranges: Vec<(usize, usize)>,
+}
+
+/// Every rank plans alike: the plan depends only on the operation, count, type and rank count.
+fn chunk_plan(req: &OpRequest, nranks: usize, chunk_bytes: usize) -> Option<ChunkPlan> {
+    if !req.mem.is_device() {
+        return None;
+    }
+    let (layout, blocks) = match req.op {
+        CollOp::AllReduce | CollOp::Broadcast { .. } | CollOp::Reduce { .. } => (PieceLayout::Contiguous, 1),
+        CollOp::Send { .. } | CollOp::Recv { .. } => (PieceLayout::Contiguous, 1),
+        CollOp::AllGather => (PieceLayout::BlocksOut, nranks),
+        CollOp::ReduceScatter => (PieceLayout::BlocksIn, nranks),
+        CollOp::AlltoAll | CollOp::Gather { .. } | CollOp::Scatter { .. } => return None,
+    };
+    let piece_elems = (chunk_bytes / (req.dtype.size() * blocks)).max(1);
+    if req.count < 2 * piece_elems {
+        return None;
+    }
+    let ranges = (0..req.count).step_by(piece_elems).map(|a| (a, (a + piece_elems).min(req.count))).collect();
+    Some(ChunkPlan { layout, ranges })
+}
+
+/// Queues one large operation as pieces ([`ChunkPlan`]): every piece's copy-in and ready flag
+/// first, then per piece a wait for its done flag and its copy-out. The worker runs the
+/// pieces in order as separate host operations (sequence numbers first..=last).
+fn enqueue_chunked(w: &Worker, comm: Arc<Comm>, req: OpRequest, plan: &ChunkPlan) -> Result<u32> {
+    let shared = &w.shared;
+    let stream = req.stream;
+    let slot = shared.slot_of(stream)?;
+    let (n, es) = (comm.nranks, req.dtype.size());
+    let (send_len, recv_len) = buffer_lengths(&req, comm.rank, n)?;
+    let send_stage = if send_len > 0 { Some(shared.take_staging(send_len)?) } else { None };
+    let recv_stage = if recv_len > 0 { Some(shared.take_staging(recv_len)?) } else { None };
+    let scalar_stage = if req.pre_device.is_some() { Some(shared.take_staging(8)?) } else { None };
+    if let (Some(at), Some(s)) = (req.pre_device, &scalar_stage) {
+        // SAFETY: the staging buffers are kept (by the last piece's job, then the pool's busy
+        // marks) until the stream has passed the last copy-out; the sources are the caller's
+        // device buffers, valid per the API contract. Offsets below stay inside the buffers:
+        // the ranges cover `count` exactly and block layouts span n * count elements.
+        unsafe { stream.copy(s.mem.as_ptr(), at as *const u8, es)? };
+    }
+    let first = shared.submitted.load(Ordering::Relaxed).wrapping_add(1);
+    let block = req.count * es;
+    let mut jobs = Vec::with_capacity(plan.ranges.len());
+    for (k, &(a, b)) in plan.ranges.iter().enumerate() {
+        let seq = first.wrapping_add(k as u32);
+        let len = (b - a) * es;
+        let mut host = req;
+        host.mem = MemKind::Host;
+        host.count = b - a;
+        host.send = std::ptr::null();
+        host.recv = std::ptr::null_mut();
+        host.pre_device = scalar_stage.as_ref().map(|s| s.mem.as_ptr() as usize);
+        if let Some(st) = &send_stage {
+            let st = st.mem.as_ptr();
+            host.send = if plan.layout == PieceLayout::BlocksIn {
+                let dst = st.wrapping_add(a * n * es);
+                // SAFETY: as above.
+                unsafe { stream.copy_2d(dst, len, req.send.wrapping_add(a * es), block, len, n)? };
+                dst
+            } else {
+                let dst = st.wrapping_add(a * es);
+                // SAFETY: as above.
+                unsafe { stream.copy(dst, req.send.wrapping_add(a * es), len)? };
+                dst
+            };
+        }
+        if let Some(st) = &recv_stage {
+            let off = if plan.layout == PieceLayout::BlocksOut { a * n * es } else { a * es };
+            host.recv = st.mem.as_ptr().wrapping_add(off);
+        }
+        stream.write_flag(shared.flags.ready_addr(slot), seq)?;
+        jobs.push(Job { seq, by_comm: vec![(comm.clone(), vec![host])], slots: vec![slot], staging: Vec::new() });
+    }
+    for (k, &(a, b)) in plan.ranges.iter().enumerate() {
+        let seq = first.wrapping_add(k as u32);
+        stream.wait_flag(shared.flags.done_addr(), seq)?;
+        let Some(st) = &recv_stage else { continue };
+        let len = (b - a) * es;
+        let st = st.mem.as_ptr();
+        if plan.layout == PieceLayout::BlocksOut {
+            // SAFETY: as above, for the way back.
+            unsafe { stream.copy_2d(req.recv.wrapping_add(a * es), block, st.wrapping_add(a * n * es), len, len, n)? };
+        } else {
+            // SAFETY: as above, for the way back.
+            unsafe { stream.copy(req.recv.wrapping_add(a * es), st.wrapping_add(a * es), len)? };
+        }
+    }
+    let last = first.wrapping_add(plan.ranges.len() as u32 - 1);
+    stream.write_flag(shared.flags.out_addr(slot), last)?;
+    if let Some(job) = jobs.last_mut() {
+        job.staging = [send_stage, recv_stage, scalar_stage].into_iter().flatten().collect();
+    }
+    shared.submitted.store(last, Ordering::Relaxed);
+    for job in jobs {
+        w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
+    }
+    Ok(last)
 }
 
 fn wait_for(seq: u32) -> Result<()> {
@@ -481,6 +632,60 @@ mod tests {
         assert!(!reached(4, 5));
         assert!(reached(2, u32::MAX - 1));
         assert!(!reached(u32::MAX - 1, 2));
+    }
+
+    fn device_req(op: CollOp, count: usize) -> OpRequest {
+        OpRequest {
+            op,
+            send: std::ptr::null(),
+            recv: std::ptr::null_mut(),
+            count,
+            dtype: crate::types::DataType::Float32,
+            reduction: None,
+            mem: MemKind::Device { device: 0 },
+            stream: Stream(0),
+            pre_device: None,
+        }
+    }
+
+    #[test]
+    fn large_staged_operations_are_cut_into_pieces_that_cover_them_exactly() {
+        let chunk = 1 << 20; // 262144 floats
+        for (op, blocks, layout) in [
+            (CollOp::AllReduce, 1, PieceLayout::Contiguous),
+            (CollOp::Broadcast { root: 1 }, 1, PieceLayout::Contiguous),
+            (CollOp::Recv { peer: 0 }, 1, PieceLayout::Contiguous),
+            (CollOp::AllGather, 4, PieceLayout::BlocksOut),
+            (CollOp::ReduceScatter, 4, PieceLayout::BlocksIn),
+        ] {
+            let count = 1_000_003;
+            let plan = chunk_plan(&device_req(op, count), 4, chunk).expect("large enough to cut");
+            assert_eq!(plan.layout, layout, "{op:?}");
+            let per = chunk / 4 / blocks;
+            assert_eq!(plan.ranges[0], (0, per), "{op:?}");
+            let mut next = 0;
+            for &(a, b) in &plan.ranges {
+                assert_eq!(a, next, "{op:?}: gap or overlap");
+                assert!(b > a && b - a <= per, "{op:?}: piece size");
+                next = b;
+            }
+            assert_eq!(next, count, "{op:?}: every element once");
+            // Every rank plans alike: the plan ignores the rank and the buffers.
+            assert_eq!(chunk_plan(&device_req(op, count), 4, chunk), Some(plan));
+        }
+    }
+
+    #[test]
+    fn small_host_and_unsplittable_operations_run_whole() {
+        let chunk = 1 << 20;
+        assert_eq!(chunk_plan(&device_req(CollOp::AllReduce, (2 * chunk / 4) - 1), 4, chunk), None);
+        assert!(chunk_plan(&device_req(CollOp::AllReduce, 2 * chunk / 4), 4, chunk).is_some());
+        for op in [CollOp::AlltoAll, CollOp::Gather { root: 0 }, CollOp::Scatter { root: 0 }] {
+            assert_eq!(chunk_plan(&device_req(op, 10_000_000), 4, chunk), None, "{op:?}");
+        }
+        let mut host = device_req(CollOp::AllReduce, 10_000_000);
+        host.mem = MemKind::Host;
+        assert_eq!(chunk_plan(&host, 4, chunk), None);
     }
 
     #[test]

@@ -46,6 +46,37 @@ impl Stream {
         )
     }
 
+    /// Copies `rows` rows of `width` bytes, each `src_pitch` bytes apart at `src` and
+    /// `dst_pitch` apart at `dst`, when the stream gets there (any direction, as [`Stream::copy`]).
+    ///
+    /// # Safety
+    /// Both strided ranges must stay valid until the copy has run on the stream.
+    pub unsafe fn copy_2d(
+        self,
+        dst: *mut u8,
+        dst_pitch: usize,
+        src: *const u8,
+        src_pitch: usize,
+        width: usize,
+        rows: usize,
+    ) -> Result<()> {
+        if width == 0 || rows == 0 {
+            return Ok(());
+        }
+        // SAFETY: a plain-data struct; all-zero is valid, the fields used are set below.
+        let mut c: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
+        c.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED;
+        c.srcDevice = src as sys::CUdeviceptr;
+        c.srcPitch = src_pitch;
+        c.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED;
+        c.dstDevice = dst as sys::CUdeviceptr;
+        c.dstPitch = dst_pitch;
+        c.WidthInBytes = width;
+        c.Height = rows;
+        // SAFETY: the caller keeps both strided ranges valid until the stream has run the copy.
+        check(unsafe { sys::cuMemcpy2DAsync_v2(&c, self.raw()) }, "cuMemcpy2DAsync")
+    }
+
     /// Writes `value` at `addr` (pinned host or device memory) when the stream gets there.
     pub fn write_flag(self, addr: sys::CUdeviceptr, value: u32) -> Result<()> {
         // SAFETY: addr is a device-visible address of memory ferroccl keeps alive for as long

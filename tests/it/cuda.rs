@@ -278,6 +278,8 @@ fn gpu_child_rank() {
     device_collectives(rank, n, comm);
     if std::env::var_os("NCCL_P2P_DISABLE").is_none() {
         device_scalar_and_graph(rank, n, comm);
+    } else {
+        large_staged_collectives(rank, n, comm);
     }
     mem_alloc_collectives(rank, n, comm);
     check(ncclCommDestroy(comm), "destroy");
@@ -434,5 +436,48 @@ fn mem_alloc_buffers_threads_1_and_2() {
     }
     for n in [1usize, 2] {
         with_ranks(n, move |rank, comm| mem_alloc_collectives(rank, n, comm.0));
+    }
+}
+
+/// Large operations on the staged path (NCCL_P2P_DISABLE=1): cut into pieces whose copies
+/// overlap the host engine's transfers; exact results for every element, and a device-resident
+/// PreMulSum scalar written on the stream just before the call.
+fn large_staged_collectives(rank: usize, n: usize, comm: ncclComm_t) {
+    assert!(gpu_context(), "rank thread could not make the context current");
+    let stream = new_stream();
+    let raw = stream as sys::CUstream;
+    let count = (5 << 20) + 7; // several 8 MiB pieces, and a short last one
+    let value = |r: usize, i: usize| ((i % 1021) as f32) + (r * 2048) as f32;
+    let input: Vec<f32> = (0..count).map(|i| value(rank, i)).collect();
+    let send = DevBuf::from(&input);
+    let recv = DevBuf::new(count);
+    check(ncclAllReduce(send.p(), recv.p(), count, F32, ncclRedOp_t(0), comm, stream), "staged allreduce");
+    let gathered = DevBuf::new(count * n);
+    check(ncclAllGather(send.p(), gathered.p(), count, F32, comm, stream), "staged allgather");
+    let scattered = DevBuf::new(count);
+    check(ncclReduceScatter(gathered.p(), scattered.p(), count, F32, ncclRedOp_t(0), comm, stream), "staged reducescatter");
+    sync(stream);
+    let want: Vec<f32> = (0..count).map(|i| (0..n).map(|r| value(r, i)).sum()).collect();
+    expect_eq(&recv.download(), &want, "staged all-reduce in pieces");
+    let g = gathered.download();
+    for r in 0..n {
+        let want: Vec<f32> = (0..count).map(|i| value(r, i)).collect();
+        expect_eq(&g[r * count..(r + 1) * count], &want, "staged all-gather in pieces");
+    }
+    let mine: Vec<f32> = (0..count).map(|i| value(rank, i) * n as f32).collect();
+    expect_eq(&scattered.download(), &mine, "staged reduce-scatter in pieces");
+
+    let scalar = DevBuf::from(&[0.0f32]);
+    let mut op = ncclRedOp_t(0);
+    check(ncclRedOpCreatePreMulSum(&mut op, scalar.p(), F32, ncclScalarResidence_t(0), comm), "premulsum device");
+    let ones = DevBuf::from(&vec![1.0f32; count]);
+    for round in 1..3 {
+        let v = (rank + 1) as f32 * round as f32;
+        // SAFETY: the scalar buffer holds one float; the stream is live.
+        cu(unsafe { sys::cuMemsetD32Async(scalar.ptr, v.to_bits(), 1, raw) }, "memset scalar");
+        check(ncclAllReduce(ones.p(), recv.p(), count, F32, op, comm, stream), "staged premulsum");
+        sync(stream);
+        let want: f32 = (0..n).map(|r| (r + 1) as f32 * round as f32).sum();
+        expect_eq(&recv.download(), &vec![want; count], "staged premulsum with a device scalar set on the stream");
     }
 }
