@@ -1,0 +1,87 @@
+// All-reduce bus bandwidth on device buffers next to host buffers, in one run, through the same
+// library: the network path from device memory (pinned staging, pieces overlapped with the
+// transfers) against the host path over the same transport. Ranks are MPI processes; with
+// FERROCCL_BENCH_PSK set (a key of at least 32 bytes) the run is encrypted (ncclSetEncryption).
+// Force sockets between ranks of one host with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1.
+//   nvcc -O2 -I$PREFIX/include staged_bw.cu -L$PREFIX/lib -lnccl -lmpi -o staged_bw
+//   mpirun -np 2 -x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 ./staged_bw [min_MiB] [max_MiB]
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+#include <algorithm>
+
+#define CUDA(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
+  fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); MPI_Abort(MPI_COMM_WORLD, 1); } } while (0)
+#define NCCL(x) do { ncclResult_t r = (x); if (r != ncclSuccess) { \
+  fprintf(stderr, "%s: %s\n", #x, ncclGetErrorString(r)); MPI_Abort(MPI_COMM_WORLD, 1); } } while (0)
+
+// Median time of `iters` all-reduces of `count` floats, after 2 warm-ups; checks the result.
+static double time_allreduce(float* send, float* recv, float* host_check, size_t count, bool device,
+                             ncclComm_t comm, cudaStream_t stream, int nranks, int iters) {
+  std::vector<double> t;
+  for (int i = 0; i < iters + 2; i++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    NCCL(ncclAllReduce(send, recv, count, ncclFloat, ncclSum, comm, device ? stream : 0));
+    if (device) CUDA(cudaStreamSynchronize(stream));
+    double t1 = MPI_Wtime();
+    if (i >= 2) t.push_back(t1 - t0);
+  }
+  const float* r = recv;
+  if (device) {
+    CUDA(cudaMemcpy(host_check, recv, count * sizeof(float), cudaMemcpyDeviceToHost));
+    r = host_check;
+  }
+  // Every rank sent 1.0 in every element.
+  for (size_t i = 0; i < count; i += 4099)
+    if (r[i] != (float)nranks) { fprintf(stderr, "wrong result at %zu: %f\n", i, r[i]); MPI_Abort(MPI_COMM_WORLD, 2); }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank, nranks;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  size_t min_mib = argc > 1 ? strtoull(argv[1], 0, 10) : 1, max_mib = argc > 2 ? strtoull(argv[2], 0, 10) : 256;
+  const char* psk = getenv("FERROCCL_BENCH_PSK");
+  if (psk) {
+    ncclEncryptionConfig_t enc = NCCL_ENCRYPTION_CONFIG_INITIALIZER;
+    enc.mode = NCCL_ENCRYPTION_MODE_PSK;
+    enc.psk = psk;
+    NCCL(ncclSetEncryption(&enc));
+  }
+  CUDA(cudaSetDevice(0));
+  ncclUniqueId id;
+  if (rank == 0) NCCL(ncclGetUniqueId(&id));
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclComm_t comm;
+  NCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  cudaStream_t stream;
+  CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  size_t max_count = (max_mib << 20) / sizeof(float);
+  float *dsend, *drecv;
+  CUDA(cudaMalloc(&dsend, max_count * sizeof(float)));
+  CUDA(cudaMalloc(&drecv, max_count * sizeof(float)));
+  std::vector<float> hsend(max_count, 1.0f), hrecv(max_count), check(max_count);
+  CUDA(cudaMemcpy(dsend, hsend.data(), max_count * sizeof(float), cudaMemcpyHostToDevice));
+  if (rank == 0)
+    printf("# %d ranks, %s; busbw = bytes * 2(n-1)/n / time (GB/s), median\n# %10s %14s %14s %8s\n", nranks,
+           psk ? "TLS (ncclSetEncryption)" : "plaintext", "bytes", "host busbw", "device busbw", "ratio");
+  for (size_t mib = min_mib; mib <= max_mib; mib *= 2) {
+    size_t count = (mib << 20) / sizeof(float);
+    int iters = mib >= 64 ? 5 : 10;
+    double th = time_allreduce(hsend.data(), hrecv.data(), 0, count, false, comm, stream, nranks, iters);
+    double td = time_allreduce(dsend, drecv, check.data(), count, true, comm, stream, nranks, iters);
+    double f = 2.0 * (nranks - 1) / nranks * (double)(mib << 20) / 1e9;
+    if (rank == 0) printf("  %10zu %14.2f %14.2f %8.2f\n", mib << 20, f / th, f / td, th / td);
+  }
+  NCCL(ncclCommDestroy(comm));
+  MPI_Finalize();
+  return 0;
+}
