@@ -347,7 +347,7 @@ fn single_rank(req: &OpRequest) -> Result<()> {
 /// Stages a job's copies and flag operations on its streams and hands it to the worker.
 fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
     if let [(comm, req)] = ops.as_slice() {
-        if let Some(plan) = chunk_plan(req, comm.nranks, CHUNK_BYTES) {
+        if let Some(plan) = chunk_plan(req, CHUNK_BYTES) {
             return enqueue_chunked(w, comm.clone(), *req, &plan);
         }
     }
@@ -435,44 +435,32 @@ fn read_staged_scalar(req: &mut OpRequest) -> Result<()> {
 /// that the first copy-in and last copy-out (not overlapped) are a small part of the whole.
 const CHUNK_BYTES: usize = 8 << 20;
 
-/// How a piece of an operation lies in its buffers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PieceLayout {
-    /// Elements [a, b) of each buffer (all-reduce, broadcast, reduce, send, receive).
-    Contiguous,
-    /// All-gather: elements [a, b) of each of the n blocks of the output.
-    BlocksOut,
-    /// Reduce-scatter: elements [a, b) of each of the n blocks of the input.
-    BlocksIn,
-}
-
-/// How to cut a staged operation (`None`: run it whole: small, or an operation whose pieces
-/// are not one host call each, such as all-to-all, gather and scatter).
+/// How to cut a staged operation: element ranges [a, b) of every buffer, in order, covering
+/// the per-rank count exactly. `None`: run it whole, when it is small, or when its pieces are
+/// not contiguous ranges (all-gather, reduce-scatter, all-to-all, gather and scatter: pieces of
+/// their per-rank blocks need strided copies, which have not run on a GPU yet).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct ChunkPlan {
-    layout: PieceLayout,
-    /// Element ranges of the per-rank count, in order, covering it exactly.
     ranges: Vec<(usize, usize)>,
 }
 
-/// Every rank plans alike: the plan depends only on the operation, count, type and rank count.
-fn chunk_plan(req: &OpRequest, nranks: usize, chunk_bytes: usize) -> Option<ChunkPlan> {
+/// Every rank plans alike: the plan depends only on the operation, count and type.
+fn chunk_plan(req: &OpRequest, chunk_bytes: usize) -> Option<ChunkPlan> {
     if !req.mem.is_device() {
         return None;
     }
-    let (layout, blocks) = match req.op {
-        CollOp::AllReduce | CollOp::Broadcast { .. } | CollOp::Reduce { .. } => (PieceLayout::Contiguous, 1),
-        CollOp::Send { .. } | CollOp::Recv { .. } => (PieceLayout::Contiguous, 1),
-        CollOp::AllGather => (PieceLayout::BlocksOut, nranks),
-        CollOp::ReduceScatter => (PieceLayout::BlocksIn, nranks),
-        CollOp::AlltoAll | CollOp::Gather { .. } | CollOp::Scatter { .. } => return None,
-    };
-    let piece_elems = (chunk_bytes / (req.dtype.size() * blocks)).max(1);
+    match req.op {
+        CollOp::AllReduce | CollOp::Broadcast { .. } | CollOp::Reduce { .. } => {}
+        CollOp::Send { .. } | CollOp::Recv { .. } => {}
+        CollOp::AllGather | CollOp::ReduceScatter | CollOp::AlltoAll => return None,
+        CollOp::Gather { .. } | CollOp::Scatter { .. } => return None,
+    }
+    let piece_elems = (chunk_bytes / req.dtype.size()).max(1);
     if req.count < 2 * piece_elems {
         return None;
     }
     let ranges = (0..req.count).step_by(piece_elems).map(|a| (a, (a + piece_elems).min(req.count))).collect();
-    Some(ChunkPlan { layout, ranges })
+    Some(ChunkPlan { ranges })
 }
 
 /// Queues one large operation as pieces ([`ChunkPlan`]): every piece's copy-in and ready flag
@@ -482,8 +470,8 @@ fn enqueue_chunked(w: &Worker, comm: Arc<Comm>, req: OpRequest, plan: &ChunkPlan
     let shared = &w.shared;
     let stream = req.stream;
     let slot = shared.slot_of(stream)?;
-    let (n, es) = (comm.nranks, req.dtype.size());
-    let (send_len, recv_len) = buffer_lengths(&req, comm.rank, n)?;
+    let es = req.dtype.size();
+    let (send_len, recv_len) = buffer_lengths(&req, comm.rank, comm.nranks)?;
     let send_stage = if send_len > 0 { Some(shared.take_staging(send_len)?) } else { None };
     let recv_stage = if recv_len > 0 { Some(shared.take_staging(recv_len)?) } else { None };
     let scalar_stage = if req.pre_device.is_some() { Some(shared.take_staging(8)?) } else { None };
@@ -491,11 +479,10 @@ fn enqueue_chunked(w: &Worker, comm: Arc<Comm>, req: OpRequest, plan: &ChunkPlan
         // SAFETY: the staging buffers are kept (by the last piece's job, then the pool's busy
         // marks) until the stream has passed the last copy-out; the sources are the caller's
         // device buffers, valid per the API contract. Offsets below stay inside the buffers:
-        // the ranges cover `count` exactly and block layouts span n * count elements.
+        // the ranges cover `count` exactly.
         unsafe { stream.copy(s.mem.as_ptr(), at as *const u8, es)? };
     }
     let first = shared.submitted.load(Ordering::Relaxed).wrapping_add(1);
-    let block = req.count * es;
     let mut jobs = Vec::with_capacity(plan.ranges.len());
     for (k, &(a, b)) in plan.ranges.iter().enumerate() {
         let seq = first.wrapping_add(k as u32);
@@ -507,22 +494,13 @@ fn enqueue_chunked(w: &Worker, comm: Arc<Comm>, req: OpRequest, plan: &ChunkPlan
         host.recv = std::ptr::null_mut();
         host.pre_device = scalar_stage.as_ref().map(|s| s.mem.as_ptr() as usize);
         if let Some(st) = &send_stage {
-            let st = st.mem.as_ptr();
-            host.send = if plan.layout == PieceLayout::BlocksIn {
-                let dst = st.wrapping_add(a * n * es);
-                // SAFETY: as above.
-                unsafe { stream.copy_2d(dst, len, req.send.wrapping_add(a * es), block, len, n)? };
-                dst
-            } else {
-                let dst = st.wrapping_add(a * es);
-                // SAFETY: as above.
-                unsafe { stream.copy(dst, req.send.wrapping_add(a * es), len)? };
-                dst
-            };
+            let dst = st.mem.as_ptr().wrapping_add(a * es);
+            // SAFETY: as above.
+            unsafe { stream.copy(dst, req.send.wrapping_add(a * es), len)? };
+            host.send = dst;
         }
         if let Some(st) = &recv_stage {
-            let off = if plan.layout == PieceLayout::BlocksOut { a * n * es } else { a * es };
-            host.recv = st.mem.as_ptr().wrapping_add(off);
+            host.recv = st.mem.as_ptr().wrapping_add(a * es);
         }
         stream.write_flag(shared.flags.ready_addr(slot), seq)?;
         jobs.push(Job { seq, by_comm: vec![(comm.clone(), vec![host])], slots: vec![slot], staging: Vec::new() });
@@ -531,15 +509,8 @@ fn enqueue_chunked(w: &Worker, comm: Arc<Comm>, req: OpRequest, plan: &ChunkPlan
         let seq = first.wrapping_add(k as u32);
         stream.wait_flag(shared.flags.done_addr(), seq)?;
         let Some(st) = &recv_stage else { continue };
-        let len = (b - a) * es;
-        let st = st.mem.as_ptr();
-        if plan.layout == PieceLayout::BlocksOut {
-            // SAFETY: as above, for the way back.
-            unsafe { stream.copy_2d(req.recv.wrapping_add(a * es), block, st.wrapping_add(a * n * es), len, len, n)? };
-        } else {
-            // SAFETY: as above, for the way back.
-            unsafe { stream.copy(req.recv.wrapping_add(a * es), st.wrapping_add(a * es), len)? };
-        }
+        // SAFETY: as above, for the way back.
+        unsafe { stream.copy(req.recv.wrapping_add(a * es), st.mem.as_ptr().wrapping_add(a * es), (b - a) * es)? };
     }
     let last = first.wrapping_add(plan.ranges.len() as u32 - 1);
     stream.write_flag(shared.flags.out_addr(slot), last)?;
@@ -651,17 +622,10 @@ mod tests {
     #[test]
     fn large_staged_operations_are_cut_into_pieces_that_cover_them_exactly() {
         let chunk = 1 << 20; // 262144 floats
-        for (op, blocks, layout) in [
-            (CollOp::AllReduce, 1, PieceLayout::Contiguous),
-            (CollOp::Broadcast { root: 1 }, 1, PieceLayout::Contiguous),
-            (CollOp::Recv { peer: 0 }, 1, PieceLayout::Contiguous),
-            (CollOp::AllGather, 4, PieceLayout::BlocksOut),
-            (CollOp::ReduceScatter, 4, PieceLayout::BlocksIn),
-        ] {
+        for op in [CollOp::AllReduce, CollOp::Broadcast { root: 1 }, CollOp::Reduce { root: 0 }, CollOp::Recv { peer: 0 }] {
             let count = 1_000_003;
-            let plan = chunk_plan(&device_req(op, count), 4, chunk).expect("large enough to cut");
-            assert_eq!(plan.layout, layout, "{op:?}");
-            let per = chunk / 4 / blocks;
+            let plan = chunk_plan(&device_req(op, count), chunk).expect("large enough to cut");
+            let per = chunk / 4;
             assert_eq!(plan.ranges[0], (0, per), "{op:?}");
             let mut next = 0;
             for &(a, b) in &plan.ranges {
@@ -671,21 +635,27 @@ mod tests {
             }
             assert_eq!(next, count, "{op:?}: every element once");
             // Every rank plans alike: the plan ignores the rank and the buffers.
-            assert_eq!(chunk_plan(&device_req(op, count), 4, chunk), Some(plan));
+            assert_eq!(chunk_plan(&device_req(op, count), chunk), Some(plan));
         }
     }
 
     #[test]
-    fn small_host_and_unsplittable_operations_run_whole() {
+    fn small_host_and_block_layout_operations_run_whole() {
         let chunk = 1 << 20;
-        assert_eq!(chunk_plan(&device_req(CollOp::AllReduce, (2 * chunk / 4) - 1), 4, chunk), None);
-        assert!(chunk_plan(&device_req(CollOp::AllReduce, 2 * chunk / 4), 4, chunk).is_some());
-        for op in [CollOp::AlltoAll, CollOp::Gather { root: 0 }, CollOp::Scatter { root: 0 }] {
-            assert_eq!(chunk_plan(&device_req(op, 10_000_000), 4, chunk), None, "{op:?}");
+        assert_eq!(chunk_plan(&device_req(CollOp::AllReduce, (2 * chunk / 4) - 1), chunk), None);
+        assert!(chunk_plan(&device_req(CollOp::AllReduce, 2 * chunk / 4), chunk).is_some());
+        for op in [
+            CollOp::AllGather,
+            CollOp::ReduceScatter,
+            CollOp::AlltoAll,
+            CollOp::Gather { root: 0 },
+            CollOp::Scatter { root: 0 },
+        ] {
+            assert_eq!(chunk_plan(&device_req(op, 10_000_000), chunk), None, "{op:?}");
         }
         let mut host = device_req(CollOp::AllReduce, 10_000_000);
         host.mem = MemKind::Host;
-        assert_eq!(chunk_plan(&host, 4, chunk), None);
+        assert_eq!(chunk_plan(&host, chunk), None);
     }
 
     #[test]

@@ -46,28 +46,6 @@ impl Stream {
         )
     }
 
-    /// Copies `rows` rows of `width` bytes, each `src_pitch` bytes apart at `src` and
-    /// `dst_pitch` apart at `dst`, when the stream gets there (any direction, as [`Stream::copy`]).
-    ///
-    /// # Safety
-    /// Both strided ranges must stay valid until the copy has run on the stream.
-    pub unsafe fn copy_2d(
-        self,
-        dst: *mut u8,
-        dst_pitch: usize,
-        src: *const u8,
-        src_pitch: usize,
-        width: usize,
-        rows: usize,
-    ) -> Result<()> {
-        if width == 0 || rows == 0 {
-            return Ok(());
-        }
-        let c = memcpy_2d_params(dst, dst_pitch, src, src_pitch, width, rows);
-        // SAFETY: the caller keeps both strided ranges valid until the stream has run the copy.
-        check(unsafe { sys::cuMemcpy2DAsync_v2(&c, self.raw()) }, "cuMemcpy2DAsync")
-    }
-
     /// Writes `value` at `addr` (pinned host or device memory) when the stream gets there.
     pub fn write_flag(self, addr: sys::CUdeviceptr, value: u32) -> Result<()> {
         // SAFETY: addr is a device-visible address of memory ferroccl keeps alive for as long
@@ -245,37 +223,6 @@ pub enum FlagOp {
     Write(sys::CUdeviceptr, u32),
 }
 
-/// The description of a strided copy between unified addresses (host or device).
-fn memcpy_2d_params(
-    dst: *mut u8,
-    dst_pitch: usize,
-    src: *const u8,
-    src_pitch: usize,
-    width: usize,
-    rows: usize,
-) -> sys::CUDA_MEMCPY2D {
-    // Every field spelled out: the memory-type enum has no zero value, so the struct cannot be
-    // zero-initialised.
-    sys::CUDA_MEMCPY2D {
-        srcXInBytes: 0,
-        srcY: 0,
-        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
-        srcHost: std::ptr::null(),
-        srcDevice: src as sys::CUdeviceptr,
-        srcArray: std::ptr::null_mut(),
-        srcPitch: src_pitch,
-        dstXInBytes: 0,
-        dstY: 0,
-        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
-        dstHost: std::ptr::null_mut(),
-        dstDevice: dst as sys::CUdeviceptr,
-        dstArray: std::ptr::null_mut(),
-        dstPitch: dst_pitch,
-        WidthInBytes: width,
-        Height: rows,
-    }
-}
-
 /// A CUDA event of ferroccl's own (no timing), to order one stream after another.
 pub struct Event(sys::CUevent);
 
@@ -308,16 +255,3 @@ impl Drop for Event {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn strided_copy_parameters_are_built_without_cuda() {
-        let (mut dst, src) = ([0u8; 64], [0u8; 64]);
-        let c = memcpy_2d_params(dst.as_mut_ptr(), 32, src.as_ptr(), 16, 8, 2);
-        assert_eq!((c.WidthInBytes, c.Height, c.srcPitch, c.dstPitch), (8, 2, 16, 32));
-        assert_eq!(c.srcDevice, src.as_ptr() as u64);
-        assert_eq!(c.dstMemoryType, sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED);
-    }
-}
