@@ -481,3 +481,69 @@ fn large_staged_collectives(rank: usize, n: usize, comm: ncclComm_t) {
         expect_eq(&recv.download(), &vec![want; count], "staged premulsum with a device scalar set on the stream");
     }
 }
+
+/// ncclCommAbort releases a stream that waits on the library: rank 0's stream is held (before
+/// its all-reduce) by a flag nobody sets, so rank 1's stream waits for rank 0's release; rank
+/// 1 aborts and its stream must finish within a second. Then rank 0 aborts too, its blocker is
+/// lifted, and its stream finishes.
+#[test]
+fn abort_releases_streams_waiting_on_device_operations() {
+    if skip("abort_releases_streams_waiting_on_device_operations") {
+        return;
+    }
+    let id = unique_id();
+    // Buffers stay allocated until both streams are through (rank 0's kernel reads rank 1's).
+    let through = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let threads: Vec<_> = (0..2usize)
+        .map(|rank| {
+            let through = through.clone();
+            std::thread::spawn(move || {
+                assert!(gpu_context());
+                let mut comm: ncclComm_t = std::ptr::null_mut();
+                check(ncclCommInitRank(&mut comm, 2, id, rank as i32), "init");
+                let stream = new_stream();
+                let raw = stream as sys::CUstream;
+                let count = 4096;
+                let send = DevBuf::from(&vec![1.0f32; count]);
+                let recv = DevBuf::new(count);
+                // A warm-up operation sets the communicator's device path up.
+                check(ncclAllReduce(send.p(), recv.p(), count, F32, ncclRedOp_t(0), comm, stream), "warm-up");
+                sync(stream);
+                let flag = if rank == 0 {
+                    let p = ferroccl::cuda::memory::Pinned::new(4).expect("pinned flag");
+                    let dev = p.device_ptr().expect("flag address");
+                    // SAFETY: a live pinned word; the stream waits until it is 1.
+                    let r = unsafe { sys::cuStreamWaitValue32_v2(raw, dev, 1, 0) };
+                    cu(r, "cuStreamWaitValue32");
+                    Some(p)
+                } else {
+                    None
+                };
+                check(ncclAllReduce(send.p(), recv.p(), count, F32, ncclRedOp_t(0), comm, stream), "held all-reduce");
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                // SAFETY: the stream is live.
+                let pending = unsafe { sys::cuStreamQuery(raw) };
+                assert_eq!(pending, sys::CUresult::CUDA_ERROR_NOT_READY, "rank {rank}: the held operation finished");
+                if rank == 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(300));
+                }
+                let t = std::time::Instant::now();
+                check(ferroccl::ffi::init::ncclCommAbort(comm), "abort");
+                if let Some(p) = &flag {
+                    // SAFETY: the pinned word is live; the GPU only reads it.
+                    unsafe { (p.as_ptr() as *mut u32).write_volatile(1) };
+                }
+                sync(stream);
+                let released = t.elapsed();
+                through.wait();
+                assert!(released < std::time::Duration::from_secs(1), "rank {rank}: stream released after {released:?}");
+                drop(flag);
+                released
+            })
+        })
+        .collect();
+    for (rank, t) in threads.into_iter().enumerate() {
+        let released = t.join().unwrap_or_else(|_| panic!("rank {rank} thread panicked"));
+        println!("rank {rank}: stream released {released:?} after ncclCommAbort");
+    }
+}
