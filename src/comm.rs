@@ -293,7 +293,12 @@ impl Comm {
     /// device memory is not read now: its address is returned, to be read in stream order
     /// when the operation runs (the returned reduction's pre bits are then zero: a path that
     /// forgot to read the scalar gives zeros, which tests catch).
-    pub fn reduction_for_call(&self, op: c_int, dtype: DataType, device_call: bool) -> Result<(Reduction, Option<usize>)> {
+    pub fn reduction_for_call(
+        &self,
+        op: c_int,
+        dtype: DataType,
+        device_call: bool,
+    ) -> Result<(Reduction, Option<usize>)> {
         if let Some(b) = crate::types::BuiltinOp::from_raw(crate::types::ncclRedOp_t(op)) {
             return Ok((Reduction::builtin(dtype, b, self.nranks), None));
         }
@@ -309,20 +314,11 @@ impl Comm {
                 return Ok((Reduction::pre_mul_sum(d, &[0u8; 8])?, Some(addr)));
             }
         }
-        Ok((self.reduction_now(op, dtype)?, None))
+        Ok((Self::resolve(op, entry, dtype)?, None))
     }
 
-    fn reduction_now(&self, op: c_int, dtype: DataType) -> Result<Reduction> {
-        if let Some(b) = crate::types::BuiltinOp::from_raw(crate::types::ncclRedOp_t(op)) {
-            return Ok(Reduction::builtin(dtype, b, self.nranks));
-        }
-        let entry = self
-            .redops
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&op)
-            .copied()
-            .ok_or_else(|| Error::invalid_argument(format!("invalid reduction operator {op}")))?;
+    /// An operator entry as a reduction now (a scalar behind a pointer is read now).
+    fn resolve(op: c_int, entry: RedOpEntry, dtype: DataType) -> Result<Reduction> {
         let red = match entry {
             RedOpEntry::Fixed(r) => r,
             RedOpEntry::Pointer { dtype: d, addr } => {

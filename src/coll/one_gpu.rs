@@ -281,7 +281,9 @@ pub fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<()> {
     let mut all = vec![0u8; if comm.rank == 0 { desc_len * n } else { 0 }];
     host_gather(comm, &mine, &mut all)?;
     let seq = g.submitted.load(Ordering::Relaxed).wrapping_add(1);
-    let result = if comm.rank == 0 { lead(comm, &g, reqs, &all, desc_len, stream, capturing, seq) } else {
+    let result = if comm.rank == 0 {
+        lead(comm, &g, reqs, &all, desc_len, stream, capturing, seq)
+    } else {
         follow(comm, &g, reqs, stream, capturing, seq)
     };
     g.submitted.store(seq, Ordering::Release);
@@ -488,7 +490,14 @@ fn host_request(op: CollOp, send: *const u8, recv: *mut u8, count: usize) -> OpR
 /// set (one pass over the data where the operation allows), or copies.
 // Loops run over rank numbers, which index several per-rank tables at once.
 #[allow(clippy::needless_range_loop)]
-fn launch_for_all(comm: &Comm, reqs: &[OpRequest], all: &[u8], desc_len: usize, stream: Stream, dev: u64) -> Result<()> {
+fn launch_for_all(
+    comm: &Comm,
+    reqs: &[OpRequest],
+    all: &[u8],
+    desc_len: usize,
+    stream: Stream,
+    dev: u64,
+) -> Result<()> {
     let n = comm.nranks;
     let me = std::process::id();
     let mut scalar_slot = vec![0usize; n];

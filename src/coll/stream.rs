@@ -622,7 +622,9 @@ mod tests {
     #[test]
     fn large_staged_operations_are_cut_into_pieces_that_cover_them_exactly() {
         let chunk = 1 << 20; // 262144 floats
-        for op in [CollOp::AllReduce, CollOp::Broadcast { root: 1 }, CollOp::Reduce { root: 0 }, CollOp::Recv { peer: 0 }] {
+        for op in
+            [CollOp::AllReduce, CollOp::Broadcast { root: 1 }, CollOp::Reduce { root: 0 }, CollOp::Recv { peer: 0 }]
+        {
             let count = 1_000_003;
             let plan = chunk_plan(&device_req(op, count), chunk).expect("large enough to cut");
             let per = chunk / 4;

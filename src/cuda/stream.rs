@@ -254,4 +254,3 @@ impl Drop for Event {
         let _ = unsafe { sys::cuEventDestroy_v2(self.0) };
     }
 }
-

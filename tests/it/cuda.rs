@@ -455,7 +455,10 @@ fn large_staged_collectives(rank: usize, n: usize, comm: ncclComm_t) {
     let gathered = DevBuf::new(count * n);
     check(ncclAllGather(send.p(), gathered.p(), count, F32, comm, stream), "staged allgather");
     let scattered = DevBuf::new(count);
-    check(ncclReduceScatter(gathered.p(), scattered.p(), count, F32, ncclRedOp_t(0), comm, stream), "staged reducescatter");
+    check(
+        ncclReduceScatter(gathered.p(), scattered.p(), count, F32, ncclRedOp_t(0), comm, stream),
+        "staged reducescatter",
+    );
     sync(stream);
     let want: Vec<f32> = (0..count).map(|i| (0..n).map(|r| value(r, i)).sum()).collect();
     expect_eq(&recv.download(), &want, "staged all-reduce in pieces");
@@ -536,7 +539,10 @@ fn abort_releases_streams_waiting_on_device_operations() {
                 sync(stream);
                 let released = t.elapsed();
                 through.wait();
-                assert!(released < std::time::Duration::from_secs(1), "rank {rank}: stream released after {released:?}");
+                assert!(
+                    released < std::time::Duration::from_secs(1),
+                    "rank {rank}: stream released after {released:?}"
+                );
                 drop(flag);
                 released
             })
