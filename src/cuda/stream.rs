@@ -120,10 +120,8 @@ impl Stream {
         for chunk in params.chunks_mut(255) {
             // SAFETY: chunk is a live array of fully initialised operations on addresses ferroccl
             // keeps alive while streams use them (as for write_flag).
-            check(
-                unsafe { sys::cuStreamBatchMemOp_v2(self.raw(), chunk.len() as u32, chunk.as_mut_ptr(), 0) },
-                "cuStreamBatchMemOp",
-            )?;
+            let res = unsafe { sys::cuStreamBatchMemOp_v2(self.raw(), chunk.len() as u32, chunk.as_mut_ptr(), 0) };
+            check(res, "cuStreamBatchMemOp")?;
         }
         Ok(())
     }
