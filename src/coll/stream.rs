@@ -168,6 +168,9 @@ struct Job {
     by_comm: Vec<(Arc<Comm>, Vec<OpRequest>)>,
     slots: Vec<usize>,
     staging: Vec<Staging>,
+    /// Queuing its stream work failed part-way: the worker only signals done, so that whatever
+    /// the streams already wait for is released.
+    abandoned: bool,
 }
 
 // SAFETY: a job carries addresses of staging memory it owns and of host buffers whose
@@ -220,7 +223,11 @@ fn worker_loop(shared: &Shared, jobs: mpsc::Receiver<Job>) {
         log::warn!(target: "INIT", "stream worker: {e}");
     }
     while let Ok(mut job) = jobs.recv() {
-        let waited = wait_ready(shared, &job);
+        let waited = if job.abandoned {
+            Err(Error::internal("queuing the device operation on its stream failed (see the caller's error)"))
+        } else {
+            wait_ready(shared, &job)
+        };
         let result = waited.and_then(|()| {
             for (comm, reqs) in &mut job.by_comm {
                 comm.check_usable("device operation")?;
@@ -412,7 +419,7 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
     }
     let by_comm = super::by_communicator(staged);
     shared.submitted.store(seq, Ordering::Relaxed);
-    let job = Job { seq, by_comm, slots: streams.iter().map(|&(_, slot)| slot).collect(), staging };
+    let job = Job { seq, by_comm, slots: streams.iter().map(|&(_, slot)| slot).collect(), staging, abandoned: false };
     w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
     Ok(seq)
 }
@@ -436,9 +443,10 @@ fn read_staged_scalar(req: &mut OpRequest) -> Result<()> {
 const CHUNK_BYTES: usize = 8 << 20;
 
 /// How to cut a staged operation: element ranges [a, b) of every buffer, in order, covering
-/// the per-rank count exactly. `None`: run it whole, when it is small, or when its pieces are
+/// the per-rank count exactly. `None`: run it whole, when it is small, when its pieces are
 /// not contiguous ranges (all-gather, reduce-scatter, all-to-all, gather and scatter: pieces of
-/// their per-rank blocks need strided copies, which have not run on a GPU yet).
+/// their per-rank blocks need strided copies, which have not run on a GPU yet), or for
+/// point-to-point (see below).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct ChunkPlan {
     ranges: Vec<(usize, usize)>,
@@ -451,7 +459,9 @@ fn chunk_plan(req: &OpRequest, chunk_bytes: usize) -> Option<ChunkPlan> {
     }
     match req.op {
         CollOp::AllReduce | CollOp::Broadcast { .. } | CollOp::Reduce { .. } => {}
-        CollOp::Send { .. } | CollOp::Recv { .. } => {}
+        // A send alone on one rank may meet a receive inside a group on the other, which runs
+        // whole: both sides must cut alike, so point-to-point never is.
+        CollOp::Send { .. } | CollOp::Recv { .. } => return None,
         CollOp::AllGather | CollOp::ReduceScatter | CollOp::AlltoAll => return None,
         CollOp::Gather { .. } | CollOp::Scatter { .. } => return None,
     }
@@ -475,45 +485,69 @@ fn enqueue_chunked(w: &Worker, comm: Arc<Comm>, req: OpRequest, plan: &ChunkPlan
     let send_stage = if send_len > 0 { Some(shared.take_staging(send_len)?) } else { None };
     let recv_stage = if recv_len > 0 { Some(shared.take_staging(recv_len)?) } else { None };
     let scalar_stage = if req.pre_device.is_some() { Some(shared.take_staging(8)?) } else { None };
-    if let (Some(at), Some(s)) = (req.pre_device, &scalar_stage) {
-        // SAFETY: the staging buffers are kept (by the last piece's job, then the pool's busy
-        // marks) until the stream has passed the last copy-out; the sources are the caller's
-        // device buffers, valid per the API contract. Offsets below stay inside the buffers:
-        // the ranges cover `count` exactly.
-        unsafe { stream.copy(s.mem.as_ptr(), at as *const u8, es)? };
-    }
     let first = shared.submitted.load(Ordering::Relaxed).wrapping_add(1);
-    let mut jobs = Vec::with_capacity(plan.ranges.len());
-    for (k, &(a, b)) in plan.ranges.iter().enumerate() {
-        let seq = first.wrapping_add(k as u32);
-        let len = (b - a) * es;
-        let mut host = req;
-        host.mem = MemKind::Host;
-        host.count = b - a;
-        host.send = std::ptr::null();
-        host.recv = std::ptr::null_mut();
-        host.pre_device = scalar_stage.as_ref().map(|s| s.mem.as_ptr() as usize);
-        if let Some(st) = &send_stage {
-            let dst = st.mem.as_ptr().wrapping_add(a * es);
-            // SAFETY: as above.
-            unsafe { stream.copy(dst, req.send.wrapping_add(a * es), len)? };
-            host.send = dst;
-        }
-        if let Some(st) = &recv_stage {
-            host.recv = st.mem.as_ptr().wrapping_add(a * es);
-        }
-        stream.write_flag(shared.flags.ready_addr(slot), seq)?;
-        jobs.push(Job { seq, by_comm: vec![(comm.clone(), vec![host])], slots: vec![slot], staging: Vec::new() });
-    }
-    for (k, &(a, b)) in plan.ranges.iter().enumerate() {
-        let seq = first.wrapping_add(k as u32);
-        stream.wait_flag(shared.flags.done_addr(), seq)?;
-        let Some(st) = &recv_stage else { continue };
-        // SAFETY: as above, for the way back.
-        unsafe { stream.copy(req.recv.wrapping_add(a * es), st.mem.as_ptr().wrapping_add(a * es), (b - a) * es)? };
-    }
     let last = first.wrapping_add(plan.ranges.len() as u32 - 1);
-    stream.write_flag(shared.flags.out_addr(slot), last)?;
+    let mut jobs = Vec::with_capacity(plan.ranges.len());
+    let queued = (|| -> Result<()> {
+        if let (Some(at), Some(s)) = (req.pre_device, &scalar_stage) {
+            // SAFETY: the staging buffers are kept (by the last piece's job, then the pool's
+            // busy marks) until the stream has passed the last copy-out; the sources are the
+            // caller's device buffers, valid per the API contract. Offsets below stay inside
+            // the buffers: the ranges cover `count` exactly.
+            unsafe { stream.copy(s.mem.as_ptr(), at as *const u8, es)? };
+        }
+        for (k, &(a, b)) in plan.ranges.iter().enumerate() {
+            let seq = first.wrapping_add(k as u32);
+            let len = (b - a) * es;
+            let mut host = req;
+            host.mem = MemKind::Host;
+            host.count = b - a;
+            host.send = std::ptr::null();
+            host.recv = std::ptr::null_mut();
+            host.pre_device = scalar_stage.as_ref().map(|s| s.mem.as_ptr() as usize);
+            if let Some(st) = &send_stage {
+                let dst = st.mem.as_ptr().wrapping_add(a * es);
+                // SAFETY: as above.
+                unsafe { stream.copy(dst, req.send.wrapping_add(a * es), len)? };
+                host.send = dst;
+            }
+            if let Some(st) = &recv_stage {
+                host.recv = st.mem.as_ptr().wrapping_add(a * es);
+            }
+            jobs.push(Job {
+                seq,
+                by_comm: vec![(comm.clone(), vec![host])],
+                slots: vec![slot],
+                staging: Vec::new(),
+                abandoned: false,
+            });
+            stream.write_flag(shared.flags.ready_addr(slot), seq)?;
+        }
+        for (k, &(a, b)) in plan.ranges.iter().enumerate() {
+            stream.wait_flag(shared.flags.done_addr(), first.wrapping_add(k as u32))?;
+            let Some(st) = &recv_stage else { continue };
+            // SAFETY: as above, for the way back.
+            unsafe { stream.copy(req.recv.wrapping_add(a * es), st.mem.as_ptr().wrapping_add(a * es), (b - a) * es)? };
+        }
+        stream.write_flag(shared.flags.out_addr(slot), last)
+    })();
+    // Every sequence number up to `last` goes to the worker, even when queuing failed part-way:
+    // a stream may already wait for any of them.
+    while jobs.len() < plan.ranges.len() {
+        let seq = first.wrapping_add(jobs.len() as u32);
+        jobs.push(Job {
+            seq,
+            by_comm: vec![(comm.clone(), Vec::new())],
+            slots: vec![slot],
+            staging: Vec::new(),
+            abandoned: true,
+        });
+    }
+    if queued.is_err() {
+        for job in &mut jobs {
+            job.abandoned = true;
+        }
+    }
     if let Some(job) = jobs.last_mut() {
         job.staging = [send_stage, recv_stage, scalar_stage].into_iter().flatten().collect();
     }
@@ -521,7 +555,7 @@ fn enqueue_chunked(w: &Worker, comm: Arc<Comm>, req: OpRequest, plan: &ChunkPlan
     for job in jobs {
         w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
     }
-    Ok(last)
+    queued.map(|()| last)
 }
 
 fn wait_for(seq: u32) -> Result<()> {
@@ -622,9 +656,7 @@ mod tests {
     #[test]
     fn large_staged_operations_are_cut_into_pieces_that_cover_them_exactly() {
         let chunk = 1 << 20; // 262144 floats
-        for op in
-            [CollOp::AllReduce, CollOp::Broadcast { root: 1 }, CollOp::Reduce { root: 0 }, CollOp::Recv { peer: 0 }]
-        {
+        for op in [CollOp::AllReduce, CollOp::Broadcast { root: 1 }, CollOp::Reduce { root: 0 }] {
             let count = 1_000_003;
             let plan = chunk_plan(&device_req(op, count), chunk).expect("large enough to cut");
             let per = chunk / 4;
@@ -647,6 +679,8 @@ mod tests {
         assert_eq!(chunk_plan(&device_req(CollOp::AllReduce, (2 * chunk / 4) - 1), chunk), None);
         assert!(chunk_plan(&device_req(CollOp::AllReduce, 2 * chunk / 4), chunk).is_some());
         for op in [
+            CollOp::Send { peer: 1 },
+            CollOp::Recv { peer: 0 },
             CollOp::AllGather,
             CollOp::ReduceScatter,
             CollOp::AlltoAll,
