@@ -218,3 +218,78 @@ fn finalized_communicator_refuses_work() {
         assert_eq!(r, ncclResult_t::ncclInvalidUsage);
     });
 }
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+}
+
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0)
+}
+
+/// One cycle: two communicators of one process (ncclCommInitAll), one all-reduce in a group,
+/// then both aborted (or destroyed).
+fn init_reduce_end(abort: bool) {
+    let n = 2;
+    let mut comms = vec![std::ptr::null_mut(); n];
+    check(ncclCommInitAll(comms.as_mut_ptr(), n as i32, std::ptr::null()), "ncclCommInitAll");
+    let count = 70_000;
+    let input = vec![1.5f32; count];
+    let mut outputs = vec![vec![0f32; count]; n];
+    check(ncclGroupStart(), "group start");
+    for (r, out) in outputs.iter_mut().enumerate() {
+        let rc = ncclAllReduce(
+            input.as_ptr().cast(),
+            out.as_mut_ptr().cast(),
+            count,
+            ncclDataType_t(7),
+            ncclRedOp_t(0),
+            comms[r],
+            S,
+        );
+        check(rc, "allreduce");
+    }
+    check(ncclGroupEnd(), "group end");
+    assert!(outputs.iter().all(|o| o.iter().all(|&v| v == 3.0)), "all-reduce result");
+    for c in comms {
+        check(if abort { ncclCommAbort(c) } else { ncclCommDestroy(c) }, "end communicator");
+    }
+}
+
+/// Body of the leak check below (runs alone in a child process so that other tests' threads
+/// and descriptors do not count; does nothing without the role variable).
+#[test]
+fn leak_check_child() {
+    if std::env::var_os("FERROCCL_IT_LEAK_CHILD").is_none() {
+        return;
+    }
+    // The first cycle creates what lives for the whole process (the network and its
+    // listener's acceptor, the topology): counted from after it.
+    init_reduce_end(false);
+    let (fds, tasks) = (open_fds(), threads());
+    for i in 0..12 {
+        init_reduce_end(i % 3 != 0);
+    }
+    // Threads of aborted communicators may take a moment to notice and exit.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while (open_fds() > fds || threads() > tasks) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    println!("LEAK CHECK fds {fds} -> {} threads {tasks} -> {}", open_fds(), threads());
+    assert!(open_fds() <= fds, "descriptors leaked: {fds} -> {}", open_fds());
+    assert!(threads() <= tasks, "threads leaked: {tasks} -> {}", threads());
+}
+
+/// Communicators made again and again in one process, ended by abort or destroy, leave no
+/// descriptor and no thread behind.
+#[test]
+fn communicators_recreated_after_abort_leak_nothing() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "lifecycle::leak_check_child", "--nocapture", "--test-threads=1"])
+        .env("FERROCCL_IT_LEAK_CHILD", "1")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains("LEAK CHECK"), "child:\n{text}");
+    println!("{}", text.lines().find(|l| l.contains("LEAK CHECK")).unwrap_or(""));
+}
