@@ -72,6 +72,13 @@ pub struct WaitHint {
     pub writable: bool,
 }
 
+/// poll(2) over `fds` for at most `ms` milliseconds: the number of descriptors with events,
+/// 0 on timeout or error (EINTR included; callers look again).
+pub fn poll_ms(fds: &mut [rustix::event::PollFd<'_>], ms: i64) -> usize {
+    let timeout = rustix::event::Timespec { tv_sec: ms / 1000, tv_nsec: (ms % 1000) * 1_000_000 };
+    rustix::event::poll(fds, Some(&timeout)).unwrap_or(0)
+}
+
 /// Opaque per-listener address a peer needs to connect (NCCL: <= 128 bytes).
 pub type NetHandle = Vec<u8>;
 

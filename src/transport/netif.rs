@@ -4,7 +4,9 @@
 //! exclude list; a leading `=` (after any `^`) makes the names exact. Without it, interfaces
 //! named `lo` and `docker*` are avoided unless nothing else is up, and `ib*` are preferred.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
+
+use nix::net::if_::InterfaceFlags;
 
 use crate::error::{Error, Result};
 
@@ -109,39 +111,17 @@ fn is_link_local(addr: &IpAddr) -> bool {
 
 /// The interfaces that are up, with their addresses, from `getifaddrs`.
 pub fn system_interfaces() -> Result<Vec<Interface>> {
-    let mut list = std::ptr::null_mut::<libc::ifaddrs>();
-    // SAFETY: getifaddrs writes a list head we free below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut list) } != 0 {
-        return Err(Error::system("getifaddrs", std::io::Error::last_os_error()));
-    }
+    let list = nix::ifaddrs::getifaddrs().map_err(|e| Error::system("getifaddrs", e.into()))?;
     let mut out = Vec::new();
-    let mut cursor = list;
-    while !cursor.is_null() {
-        // SAFETY: cursor walks the list getifaddrs returned; each node is valid until freed.
-        let ifa = unsafe { &*cursor };
-        cursor = ifa.ifa_next;
-        let up = ifa.ifa_flags & (libc::IFF_UP as u32) != 0;
-        if !up || ifa.ifa_addr.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
-        // SAFETY: ifa_addr is non-null and points to a sockaddr of the family it names.
-        let family = unsafe { (*ifa.ifa_addr).sa_family } as i32;
-        if family == libc::AF_INET {
-            // SAFETY: family AF_INET means the storage is a sockaddr_in.
-            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-            let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
-            out.push(Interface { name, addr: IpAddr::V4(ip), scope_id: 0 });
-        } else if family == libc::AF_INET6 {
-            // SAFETY: family AF_INET6 means the storage is a sockaddr_in6.
-            let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
-            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
-            out.push(Interface { name, addr: IpAddr::V6(ip), scope_id: sin6.sin6_scope_id });
+    for ifa in list {
+        let Some(addr) = ifa.address.filter(|_| ifa.flags.contains(InterfaceFlags::IFF_UP)) else { continue };
+        let name = ifa.interface_name;
+        if let Some(sin) = addr.as_sockaddr_in() {
+            out.push(Interface { name, addr: IpAddr::V4(sin.ip()), scope_id: 0 });
+        } else if let Some(sin6) = addr.as_sockaddr_in6() {
+            out.push(Interface { name, addr: IpAddr::V6(sin6.ip()), scope_id: sin6.scope_id() });
         }
     }
-    // SAFETY: list came from getifaddrs and is freed exactly once.
-    unsafe { libc::freeifaddrs(list) };
     Ok(out)
 }
 
@@ -167,9 +147,8 @@ fn nearest(candidates: &[Interface]) -> Option<Interface> {
         return None;
     }
     let topo = crate::topo::Topology::system();
-    // SAFETY: sched_getcpu has no preconditions.
-    let cpu = unsafe { libc::sched_getcpu() };
-    let node = topo.numa_nodes().iter().find(|n| cpu >= 0 && n.cpuset.contains(cpu as u32))?.os_index;
+    let cpu = rustix::thread::sched_getcpu();
+    let node = topo.numa_nodes().iter().find(|n| n.cpuset.contains(cpu as u32))?.os_index;
     let ids: Vec<_> = candidates.iter().filter_map(|i| topo.device_by_name(&i.name).map(|d| d.id)).collect();
     let nic = topo.nic_for_among(crate::topo::Near::Numa(node), &ids)?;
     candidates.iter().find(|i| nic.names.iter().any(|n| n == &i.name)).cloned()

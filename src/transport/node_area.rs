@@ -11,8 +11,12 @@
 //! processes themselves (pidfds): a rank that dies turns every wait on it into an error.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::fs::MemfdFlags;
+use rustix::mm::{MapFlags, ProtFlags};
 
 use super::exchange::Exchange;
 use super::peer_mem::{self, PeerMaps, SharedRef};
@@ -166,21 +170,11 @@ impl NodeArea {
     }
 
     fn attach(fd: OwnedFd, len: usize, rank: usize, nranks: usize, magic: u64, pids: &[u32]) -> io::Result<NodeArea> {
-        // SAFETY: a shared mapping of a file of at least `len` bytes (created so, or checked
-        // by open_peer_fd).
+        // SAFETY: a new shared mapping (no address hint) of a file of at least `len` bytes
+        // (created so, or checked by open_peer_fd); Drop unmaps it.
         let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+            rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, &fd, 0)
+        }?;
         let me = std::process::id();
         let mut pidfds = Vec::with_capacity(nranks);
         for &pid in pids {
@@ -341,9 +335,8 @@ impl NodeArea {
     pub fn check_alive(&self) -> Result<()> {
         for (r, fd) in self.pidfds.iter().enumerate() {
             let Some(fd) = fd else { continue };
-            let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-            // SAFETY: one valid pollfd; zero timeout.
-            if unsafe { libc::poll(&mut pfd, 1, 0) } > 0 {
+            let mut pfd = [PollFd::new(fd, PollFlags::IN)];
+            if super::poll_ms(&mut pfd, 0) > 0 {
                 return Err(Error::remote(format!("rank {r} (pid {}) exited during a node collective", self.pids[r])));
             }
         }
@@ -422,53 +415,38 @@ impl NodeArea {
 impl Drop for NodeArea {
     fn drop(&mut self) {
         // SAFETY: base/len are the mapping made in attach, unmapped once.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+        let _ = unsafe { rustix::mm::munmap(self.base as *mut std::ffi::c_void, self.len) };
     }
 }
 
 fn create(len: usize, magic: u64, nranks: usize) -> io::Result<OwnedFd> {
-    // SAFETY: memfd_create with a static NUL-terminated name; the result is checked.
-    let fd = unsafe { libc::memfd_create(c"ferroccl-node".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor that we own from here on.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: fd is valid; len is a small constant multiple of nranks.
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: mapping the first page of a file of `len` bytes, to write the header.
+    let fd = rustix::fs::memfd_create(c"ferroccl-node", MemfdFlags::CLOEXEC)?;
+    rustix::fs::ftruncate(&fd, len as u64)?;
+    // SAFETY: a new shared mapping (no address hint) of the first page of a file of `len`
+    // bytes, to write the header; unmapped below.
     let p = unsafe {
-        libc::mmap(
+        rustix::mm::mmap(
             std::ptr::null_mut(),
             HEADER_BYTES,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::SHARED,
+            &fd,
             0,
         )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
+    }?;
     // SAFETY: the header page just mapped; words written atomically, then unmapped once.
     unsafe {
         let w = |i: usize| &*((p as *mut u8).add(i * 8) as *const AtomicU64);
         w(1).store(nranks as u64, Ordering::Relaxed);
         w(2).store(magic, Ordering::Relaxed);
         w(0).store(AREA_MAGIC, Ordering::Release);
-        libc::munmap(p, HEADER_BYTES);
+        let _ = rustix::mm::munmap(p, HEADER_BYTES);
     }
     Ok(fd)
 }
 
 fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags; the result is checked.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor that we own from here on.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    // Pid 0 (and anything beyond pid_t) is no process: EINVAL, as the system call says.
+    let pid = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw).ok_or(rustix::io::Errno::INVAL)?;
+    Ok(rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())?)
 }

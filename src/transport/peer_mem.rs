@@ -9,10 +9,14 @@
 //!   (`process_vm_readv`, Linux cross-memory attach).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::io::{self, IoSliceMut};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use nix::sys::uio::RemoteIoVec;
+use rustix::fs::{MemfdFlags, Mode, OFlags};
+use rustix::mm::{MapFlags, ProtFlags};
 
 use crate::error::{Error, Result};
 
@@ -34,17 +38,10 @@ fn allocations() -> MutexGuard<'static, BTreeMap<usize, SharedAlloc>> {
 pub fn alloc_shared(size: usize) -> Result<*mut u8> {
     static SERIAL: AtomicU64 = AtomicU64::new(1);
     let len = size.max(1).next_multiple_of(page_size());
-    // SAFETY: memfd_create with a static NUL-terminated name; the result is checked.
-    let fd = unsafe { libc::memfd_create(c"ferroccl-mem".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(Error::system("memfd_create for ncclMemAlloc", io::Error::last_os_error()));
-    }
-    // SAFETY: a fresh descriptor that we own from here on.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: fd is valid; len fits off_t for any size a process can map.
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
-        return Err(Error::system(format!("ncclMemAlloc of {size} bytes"), io::Error::last_os_error()));
-    }
+    let fd = rustix::fs::memfd_create(c"ferroccl-mem", MemfdFlags::CLOEXEC)
+        .map_err(|e| Error::system("memfd_create for ncclMemAlloc", e.into()))?;
+    rustix::fs::ftruncate(&fd, len as u64)
+        .map_err(|e| Error::system(format!("ncclMemAlloc of {size} bytes"), e.into()))?;
     let base = map_fd(&fd, len).map_err(|e| Error::system(format!("ncclMemAlloc of {size} bytes"), e))?;
     let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
     allocations().insert(base as usize, SharedAlloc { fd, size: len, serial });
@@ -56,7 +53,7 @@ pub fn free_shared(ptr: *mut u8) -> bool {
     let Some(a) = allocations().remove(&(ptr as usize)) else { return false };
     // SAFETY: ptr/size are exactly the mapping made in alloc_shared, removed from the table
     // above, so it is unmapped once.
-    unsafe { libc::munmap(ptr as *mut libc::c_void, a.size) };
+    let _ = unsafe { rustix::mm::munmap(ptr as *mut std::ffi::c_void, a.size) };
     true
 }
 
@@ -93,34 +90,19 @@ fn page_size() -> usize {
 }
 
 fn map_fd(fd: &OwnedFd, len: usize) -> io::Result<*mut u8> {
-    // SAFETY: a shared read-write mapping of a file we hold, of `len` bytes (the file is at
-    // least that long: created so, or checked with fstat by the caller).
+    // SAFETY: a new shared read-write mapping (no address hint) of a file we hold, of `len`
+    // bytes (the file is at least that long: created so, or checked with fstat by the caller).
     let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
-    };
-    if p == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
+        rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, fd, 0)
+    }?;
     Ok(p as *mut u8)
 }
 
 /// Opens a descriptor of another process (same user, ptrace read access), checking that
 /// the file it names has at least `min_size` bytes.
 pub fn open_peer_fd(pid: u32, fd: i32, min_size: u64) -> io::Result<OwnedFd> {
-    let path = std::ffi::CString::new(format!("/proc/{pid}/fd/{fd}")).expect("no NUL in a path of numbers");
-    // SAFETY: a NUL-terminated path; the result is checked.
-    let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor that we own from here on.
-    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: libc::stat is plain old data; all-zero is a valid value.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: owned is valid and st is a writable stat buffer.
-    if unsafe { libc::fstat(owned.as_raw_fd(), &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let owned = rustix::fs::open(format!("/proc/{pid}/fd/{fd}"), OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())?;
+    let st = rustix::fs::fstat(&owned)?;
     if (st.st_size as u64) < min_size {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -139,7 +121,7 @@ struct Mapping {
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: base/size are a mapping made by map_fd, owned by this value only.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.size) };
+        let _ = unsafe { rustix::mm::munmap(self.base as *mut std::ffi::c_void, self.size) };
     }
 }
 
@@ -194,16 +176,18 @@ impl PeerMaps {
 
 /// Reads `out.len()` bytes at `addr` in process `pid`.
 pub fn read_remote(pid: u32, addr: u64, out: &mut [u8]) -> Result<()> {
+    let target = nix::unistd::Pid::from_raw(pid as i32);
     let mut done = 0;
     while done < out.len() {
-        let local = libc::iovec { iov_base: out[done..].as_mut_ptr() as *mut libc::c_void, iov_len: out.len() - done };
-        let remote = libc::iovec { iov_base: (addr as usize + done) as *mut libc::c_void, iov_len: out.len() - done };
-        // SAFETY: `local` is our own writable buffer; the kernel checks the remote range.
-        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        if n <= 0 {
-            return Err(Error::remote(format!("process_vm_readv from pid {pid}: {}", io::Error::last_os_error())));
+        let remote = [RemoteIoVec { base: addr as usize + done, len: out.len() - done }];
+        // The kernel checks the remote range; `out` is our own writable buffer.
+        let n = match nix::sys::uio::process_vm_readv(target, &mut [IoSliceMut::new(&mut out[done..])], &remote) {
+            Ok(0) => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+            Ok(n) => Ok(n),
+            Err(e) => Err(io::Error::from(e)),
         }
-        done += n as usize;
+        .map_err(|e| Error::remote(format!("process_vm_readv from pid {pid}: {e}")))?;
+        done += n;
     }
     Ok(())
 }

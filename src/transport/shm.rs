@@ -16,12 +16,20 @@
 //! up, and the waiting side fails with ncclRemoteError instead of spinning forever.
 
 use std::collections::VecDeque;
-use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io::{self, IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::fs::MemfdFlags;
+use rustix::mm::{MapFlags, ProtFlags};
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
+};
 
 use super::peer_mem::read_remote;
 use super::socket::{ConnKind, Hello, HELLO_BYTES};
@@ -72,40 +80,31 @@ unsafe impl Send for Segment {}
 
 impl Segment {
     fn create() -> Result<Segment> {
-        // SAFETY: memfd_create with a static NUL-terminated name; the fd is checked below.
-        let fd = unsafe { libc::memfd_create(c"ferroccl-shm".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(Error::system("memfd_create", io::Error::last_os_error()));
-        }
-        // SAFETY: fd is a fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: fd is valid; the size is a constant.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), SEGMENT_BYTES as libc::off_t) } != 0 {
-            return Err(Error::system("ftruncate shared segment", io::Error::last_os_error()));
-        }
+        let fd = rustix::fs::memfd_create(c"ferroccl-shm", MemfdFlags::CLOEXEC)
+            .map_err(|e| Error::system("memfd_create", e.into()))?;
+        rustix::fs::ftruncate(&fd, SEGMENT_BYTES as u64)
+            .map_err(|e| Error::system("ftruncate shared segment", e.into()))?;
         Self::map(fd)
     }
 
     fn map(fd: OwnedFd) -> Result<Segment> {
-        let mut st: libc::stat = unsafe_zeroed_stat();
-        // SAFETY: fd is valid and st is a writable stat buffer.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 || (st.st_size as usize) < SEGMENT_BYTES {
-            return Err(Error::remote("shared segment from peer has the wrong size"));
+        match rustix::fs::fstat(&fd) {
+            Ok(st) if st.st_size as usize >= SEGMENT_BYTES => {}
+            _ => return Err(Error::remote("shared segment from peer has the wrong size")),
         }
-        // SAFETY: mapping a file we hold, of at least SEGMENT_BYTES bytes, shared read-write.
+        // SAFETY: a new shared read-write mapping (no address hint) of a file we hold, of at
+        // least SEGMENT_BYTES bytes; it stays until Drop unmaps it.
         let base = unsafe {
-            libc::mmap(
+            rustix::mm::mmap(
                 std::ptr::null_mut(),
                 SEGMENT_BYTES,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                &fd,
                 0,
             )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(Error::system("mmap shared segment", io::Error::last_os_error()));
         }
+        .map_err(|e| Error::system("mmap shared segment", e.into()))?;
         Ok(Segment { base: base as *mut u8, _fd: fd })
     }
 
@@ -160,7 +159,7 @@ impl Segment {
 impl Drop for Segment {
     fn drop(&mut self) {
         // SAFETY: base/len are the mapping made in `map`, unmapped once.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, SEGMENT_BYTES) };
+        let _ = unsafe { rustix::mm::munmap(self.base as *mut std::ffi::c_void, SEGMENT_BYTES) };
     }
 }
 
@@ -211,11 +210,6 @@ fn probe_sender(seg: &Segment) -> bool {
 fn take_done(done: &mut Vec<(u64, usize)>, id: u64) -> Option<usize> {
     let i = done.iter().position(|&(d, _)| d == id)?;
     Some(done.swap_remove(i).1)
-}
-
-fn unsafe_zeroed_stat() -> libc::stat {
-    // SAFETY: libc::stat is plain old data; all-zero is a valid value.
-    unsafe { std::mem::zeroed() }
 }
 
 /// The abstract socket name a rank listens on for shared-memory setup.
@@ -287,7 +281,7 @@ impl Net for ShmNet {
         // No acknowledgement is awaited (the peer maps the segment when it next accepts, and
         // waiting here could deadlock two ranks connecting to each other); the descriptor in
         // flight keeps the segment alive even if this process dies first.
-        send_with_fd(&sock, &hello.encode(), seg._fd.as_raw_fd())?;
+        send_with_fd(&sock, &hello.encode(), seg._fd.as_fd())?;
         sock.set_nonblocking(true).map_err(|e| Error::system("O_NONBLOCK", e))?;
         let _ = self.pid;
         Ok(Box::new(ShmSend {
@@ -379,63 +373,41 @@ impl NetListener for ShmListener {
     }
 }
 
-fn send_with_fd(sock: &UnixStream, data: &[u8], fd: RawFd) -> Result<()> {
-    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
-    // SAFETY: CMSG_SPACE is a pure computation.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    let mut control = vec![0u8; space];
-    // SAFETY: msghdr is plain data; zero is a valid initial value.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
-    msg.msg_controllen = space;
-    // SAFETY: msg_control points to `space` bytes, enough for one descriptor's cmsg.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut RawFd, fd);
+fn send_with_fd(sock: &UnixStream, data: &[u8], fd: BorrowedFd<'_>) -> Result<()> {
+    let fds = [fd];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(Error::internal("SCM_RIGHTS message does not fit its buffer"));
     }
-    // SAFETY: msg references live buffers for the duration of the call.
-    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-    if n != data.len() as isize {
-        return Err(Error::system("sendmsg (shared-memory setup)", io::Error::last_os_error()));
+    let n = rustix::net::sendmsg(sock, &[IoSlice::new(data)], &mut control, SendFlags::NOSIGNAL)
+        .map_err(|e| Error::system("sendmsg (shared-memory setup)", e.into()))?;
+    if n != data.len() {
+        let short = io::Error::new(io::ErrorKind::WriteZero, format!("sent {n} of {} bytes", data.len()));
+        return Err(Error::system("sendmsg (shared-memory setup)", short));
     }
     Ok(())
 }
 
 fn recv_with_fd(sock: &UnixStream) -> Result<([u8; HELLO_BYTES], OwnedFd)> {
     let mut data = [0u8; HELLO_BYTES];
-    let mut iov = libc::iovec { iov_base: data.as_mut_ptr() as *mut libc::c_void, iov_len: data.len() };
-    // SAFETY: CMSG_SPACE is a pure computation.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    let mut control = vec![0u8; space];
-    // SAFETY: msghdr is plain data; zero is a valid initial value.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
-    msg.msg_controllen = space;
-    // SAFETY: msg references live buffers; MSG_CMSG_CLOEXEC keeps received fds private.
-    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC | libc::MSG_WAITALL) };
-    if n < 0 {
-        return Err(Error::system("recvmsg (shared-memory setup)", io::Error::last_os_error()));
-    }
-    // SAFETY: walking the control buffer recvmsg filled, within msg_controllen.
-    let fd = unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null() || (*cmsg).cmsg_level != libc::SOL_SOCKET || (*cmsg).cmsg_type != libc::SCM_RIGHTS {
-            None
-        } else {
-            Some(std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const RawFd))
-        }
-    };
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    // MSG_CMSG_CLOEXEC keeps received descriptors private to this process.
+    let got = rustix::net::recvmsg(
+        sock,
+        &mut [IoSliceMut::new(&mut data)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC | RecvFlags::WAITALL,
+    )
+    .map_err(|e| Error::system("recvmsg (shared-memory setup)", e.into()))?;
+    // The first descriptor is ours; any others close when the buffer drops.
+    let fd = control.drain().find_map(|m| match m {
+        RecvAncillaryMessage::ScmRights(mut fds) => fds.next(),
+        _ => None,
+    });
     let fd = fd.ok_or_else(|| Error::remote("shared-memory setup message without a descriptor"))?;
-    // SAFETY: SCM_RIGHTS installed a new descriptor in this process that we now own.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    if n as usize != HELLO_BYTES {
+    if got.bytes != HELLO_BYTES {
         return Err(Error::remote("short shared-memory setup message"));
     }
     Ok((data, fd))
@@ -457,10 +429,9 @@ fn note_idle(moved: bool, waiting: bool, idle: &mut u32, sock: &UnixStream) -> R
 
 /// Errors when the peer's end of the setup socket has gone (the peer process exited).
 fn check_alive(sock: &UnixStream) -> Result<()> {
-    let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd; zero timeout.
-    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-    if n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLIN) != 0 {
+    let mut pfd = [PollFd::new(sock, PollFlags::IN)];
+    let n = super::poll_ms(&mut pfd, 0);
+    if n > 0 && pfd[0].revents().intersects(PollFlags::HUP | PollFlags::ERR | PollFlags::IN) {
         return Err(Error::remote("shared-memory peer exited (its connection hung up)"));
     }
     Ok(())

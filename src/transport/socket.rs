@@ -370,7 +370,8 @@ impl Handshake {
         self.started
     }
 
-    fn tcp(&self) -> &TcpStream {
+    /// The TCP socket underneath (for polling; bytes go through the handshake).
+    pub fn tcp(&self) -> &TcpStream {
         match &self.state {
             HsState::Plain(t) => t,
             #[cfg(feature = "openssl3")]
@@ -512,10 +513,9 @@ pub fn accept_or_interrupt(listener: &TcpListener, deadline: Instant, interrupt:
 }
 
 /// Blocks until `fd` is readable (or hung up) or `timeout` passes; true when it is.
-pub fn wait_readable(fd: &impl std::os::fd::AsRawFd, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd on the stack; poll only writes revents.
-    unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) > 0 }
+pub fn wait_readable(fd: &impl std::os::fd::AsFd, timeout: Duration) -> bool {
+    let mut pfd = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+    super::poll_ms(&mut pfd, timeout.as_millis().min(i32::MAX as u128) as i64) > 0
 }
 
 /// Parses NCCL_COMM_ID: `<ipv4>:<port>`, `[<ipv6>]:<port>` or `<host>:<port>`.

@@ -17,10 +17,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use rustix::event::{EventfdFlags, PollFd, PollFlags};
 
 use super::netif::Interface;
 use super::socket::{
@@ -120,29 +122,28 @@ struct EventFd(OwnedFd);
 
 impl EventFd {
     fn new() -> Result<EventFd> {
-        // SAFETY: plain syscall; a valid fd or -1 comes back.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(Error::system("eventfd", io::Error::last_os_error()));
-        }
-        // SAFETY: fd is a fresh descriptor owned by nobody else.
-        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+        let fd = rustix::event::eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
+            .map_err(|e| Error::system("eventfd", e.into()))?;
+        Ok(EventFd(fd))
     }
 
     fn signal(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
-        unsafe { libc::write(self.0.as_raw_fd(), &one as *const u64 as *const libc::c_void, 8) };
+        let _ = rustix::io::write(&self.0, &1u64.to_ne_bytes());
     }
 
     fn clear(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: reads 8 bytes into a valid u64 from our (non-blocking) eventfd.
-        unsafe { libc::read(self.0.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+        // Non-blocking: EAGAIN when already clear.
+        let _ = rustix::io::read(&self.0, &mut [0u8; 8]);
     }
 
     fn fd(&self) -> RawFd {
         self.0.as_raw_fd()
+    }
+}
+
+impl AsFd for EventFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
     }
 }
 
@@ -270,20 +271,16 @@ impl Acceptor {
     fn run(mut self, tx: &mpsc::Sender<Accepted>, ready: &EventFd, stop: &EventFd) {
         let limit = socket::setup_timeout();
         loop {
-            let mut fds = vec![
-                libc::pollfd { fd: self.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-                libc::pollfd { fd: stop.fd(), events: libc::POLLIN, revents: 0 },
-            ];
+            let mut fds = vec![PollFd::new(&self.listener, PollFlags::IN), PollFd::new(stop, PollFlags::IN)];
             for p in &self.pending {
-                let (fd, events) = match &p.state {
+                match &p.state {
                     Some(Incoming::Handshaking(h)) => {
-                        let w = h.wait_hint();
-                        (w.fd, if w.writable { libc::POLLOUT } else { libc::POLLIN })
+                        let events = if h.wait_hint().writable { PollFlags::OUT } else { PollFlags::IN };
+                        fds.push(PollFd::new(h.tcp(), events));
                     }
-                    Some(Incoming::Hello { stream, .. }) => (stream.fd(), libc::POLLIN),
-                    None => continue,
-                };
-                fds.push(libc::pollfd { fd, events, revents: 0 });
+                    Some(Incoming::Hello { stream, .. }) => fds.push(PollFd::new(stream.tcp(), PollFlags::IN)),
+                    None => {}
+                }
             }
             let now = Instant::now();
             let wait = self
@@ -293,9 +290,8 @@ impl Acceptor {
                 .min()
                 .unwrap_or(Duration::from_secs(1))
                 .min(Duration::from_secs(1));
-            // SAFETY: fds is a valid array of pollfd for the duration of the call.
-            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait.as_millis() as i32 + 1) };
-            if fds[1].revents != 0 {
+            super::poll_ms(&mut fds, wait.as_millis() as i64 + 1);
+            if !fds[1].revents().is_empty() {
                 return;
             }
             self.accept_new(limit);
