@@ -276,7 +276,12 @@ ncclResult_t ncclCommAbort(ncclComm_t comm);
 // NCCL_SPLIT_NOCOLOR), and both it and the parent report ncclInProgress until done.
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
 
-// Not implemented yet: returns ncclInvalidUsage.
+// Makes a communicator of the ranks not in `excludeRanksList`, renumbered in order; only
+// those ranks call it (the excluded ones may have failed). NCCL_SHRINK_DEFAULT needs a
+// healthy parent, which stays usable. NCCL_SHRINK_ABORT first aborts the parent: operations
+// blocked on it in other threads return, its connections close, later operations on it
+// fail; free it with ncclCommAbort or ncclCommDestroy. Bad arguments change nothing.
+// Blocking or not as ncclCommSplit.
 ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
 
 // ferroccl: creates a communicator spanning the MPI communicator whose Fortran handle is

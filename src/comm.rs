@@ -1,5 +1,5 @@
-//! Communicators: creation (from a unique id, from threads, from a parent by split), the
-//! handle registry the C API looks them up in, and their lifecycle.
+//! Communicators: creation (from a unique id, from threads, from a parent by split or
+//! shrink), the handle registry the C API looks them up in, and their lifecycle.
 //!
 //! A handle may name a communicator still being created ([`Creation`]: NCCL's non-blocking
 //! init hands the handle out at once); such a handle answers only ncclCommGetAsyncError and
@@ -453,6 +453,81 @@ impl Comm {
         drop(boot);
         Comm::init_rank(&id, members.len(), new_rank, config, self.cuda_dev, interrupt).map(Some)
     }
+
+    /// ncclCommShrink: the ranks of `self` not in `excluded` (from [`shrink_exclusions`]) form
+    /// a new communicator, numbered in parent order. Only they call this, and the excluded
+    /// ranks may be dead, so the rendezvous needs nothing of theirs: the lowest surviving rank
+    /// makes a fresh id (the root runs in its process) and sends it to the other survivors over
+    /// the parent's bootstrap, whose listening addresses every rank learnt at init; then the
+    /// survivors join that id. The parent's bootstrap waits answer to `interrupt` (the new
+    /// communicator's abort flag) rather than the parent's, which NCCL_SHRINK_ABORT has set.
+    pub fn shrink(&self, excluded: &[usize], config: CommConfig, interrupt: Interrupt) -> Result<Arc<Comm>> {
+        let members: Vec<usize> = (0..self.nranks).filter(|r| !excluded.contains(r)).collect();
+        let new_rank = members
+            .iter()
+            .position(|&r| r == self.rank)
+            .ok_or_else(|| Error::internal("ncclCommShrink: this rank is in its own exclude list"))?;
+        let leader = members[0];
+        let id = self.bootstrap().with_interrupt(interrupt.clone(), |boot| -> Result<UniqueId> {
+            if leader == self.rank {
+                let id = bootstrap::create_unique_id()?;
+                for &r in &members[1..] {
+                    boot.send(r, SHRINK_TAG, &id.encode()).map_err(|e| e.context("ncclCommShrink"))?;
+                }
+                Ok(id)
+            } else {
+                let b = boot.recv(leader, SHRINK_TAG).map_err(|e| e.context("ncclCommShrink"))?;
+                UniqueId::decode(&b).map_err(|e| Error::remote(format!("malformed shrink id: {e}")))
+            }
+        })?;
+        log::info!(
+            target: "INIT",
+            "ncclCommShrink: rank {} of {} becomes rank {new_rank} of {} (excluded {excluded:?}, root at rank {leader})",
+            self.rank,
+            self.nranks,
+            members.len()
+        );
+        Comm::init_rank(&id, members.len(), new_rank, config, self.cuda_dev, interrupt)
+    }
+}
+
+/// Bootstrap tag of the new id the lowest surviving rank sends in ncclCommShrink (split's
+/// tags have 0x5 in the top nibble).
+const SHRINK_TAG: u32 = 0x6000_0000;
+
+/// ncclCommShrink's exclude list, checked before anything changes: distinct ranks of a
+/// communicator of `nranks`, not all of them, and not `rank` itself (excluded ranks must not
+/// call ncclCommShrink). Returns the excluded ranks in increasing order.
+pub fn shrink_exclusions(nranks: usize, rank: usize, excluded: &[c_int]) -> Result<Vec<usize>> {
+    if excluded.is_empty() {
+        return Err(Error::invalid_argument("ncclCommShrink: excludeRanksCount must be at least 1"));
+    }
+    let mut sorted = Vec::with_capacity(excluded.len());
+    for &r in excluded {
+        match usize::try_from(r) {
+            Ok(r) if r < nranks => sorted.push(r),
+            _ => {
+                return Err(Error::invalid_argument(format!(
+                    "ncclCommShrink: excluded rank {r} is out of range for {nranks} ranks"
+                )))
+            }
+        }
+    }
+    sorted.sort_unstable();
+    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(Error::invalid_argument(format!("ncclCommShrink: rank {} is excluded twice", w[0])));
+    }
+    if sorted.len() >= nranks {
+        return Err(Error::invalid_argument(format!(
+            "ncclCommShrink: excluding all {nranks} ranks leaves no communicator"
+        )));
+    }
+    if sorted.binary_search(&rank).is_ok() {
+        return Err(Error::invalid_argument(format!(
+            "ncclCommShrink: this rank ({rank}) is in the exclude list; excluded ranks must not call ncclCommShrink"
+        )));
+    }
+    Ok(sorted)
 }
 
 /// The network of the NET tier, chosen once per process at run time (`net_select`: IB when
@@ -720,6 +795,22 @@ pub fn unregister(handle: ncclComm_t, function: &str) -> Result<Entry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shrink_exclusions_are_checked() {
+        assert_eq!(shrink_exclusions(5, 0, &[4, 1]).unwrap(), vec![1, 4]);
+        let msg = |r: Result<Vec<usize>>| {
+            let e = r.unwrap_err();
+            assert_eq!(e.code(), ncclResult_t::ncclInvalidArgument);
+            e.to_string()
+        };
+        assert!(msg(shrink_exclusions(4, 0, &[])).contains("at least 1"));
+        assert!(msg(shrink_exclusions(4, 0, &[4])).contains("excluded rank 4 is out of range"));
+        assert!(msg(shrink_exclusions(4, 0, &[-1])).contains("excluded rank -1 is out of range"));
+        assert!(msg(shrink_exclusions(4, 0, &[2, 1, 2])).contains("rank 2 is excluded twice"));
+        assert!(msg(shrink_exclusions(3, 0, &[2, 0, 1])).contains("excluding all 3 ranks"));
+        assert!(msg(shrink_exclusions(3, 1, &[1])).contains("this rank (1) is in the exclude list"));
+    }
 
     #[test]
     fn creation_status_and_cancel() {

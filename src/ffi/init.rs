@@ -328,7 +328,12 @@ fn child_config(parent: &Comm, config: *const ncclConfig_t) -> Result<CommConfig
     }
 }
 
-/// Not implemented yet: returns ncclInvalidUsage.
+/// Makes a communicator of the ranks not in `excludeRanksList`, renumbered in order; only
+/// those ranks call it (the excluded ones may have failed). NCCL_SHRINK_DEFAULT needs a
+/// healthy parent, which stays usable. NCCL_SHRINK_ABORT first aborts the parent: operations
+/// blocked on it in other threads return, its connections close, later operations on it
+/// fail; free it with ncclCommAbort or ncclCommDestroy. Bad arguments change nothing.
+/// Blocking or not as ncclCommSplit.
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommShrink(
     comm: ncclComm_t,
@@ -338,9 +343,47 @@ pub extern "C" fn ncclCommShrink(
     config: *mut ncclConfig_t,
     shrinkFlags: c_int,
 ) -> ncclResult_t {
-    let _ = (comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
-    boundary("ncclCommShrink", || Err(Error::not_implemented("ncclCommShrink")))
+    boundary_progress("ncclCommShrink", || {
+        let parent = comm::lookup(comm, "ncclCommShrink")?;
+        non_null(newcomm, "ncclCommShrink", "newcomm")?;
+        if excludeRanksCount > 0 {
+            non_null(excludeRanksList, "ncclCommShrink", "excludeRanksList")?;
+        }
+        if shrinkFlags & !NCCL_SHRINK_ABORT != 0 {
+            return Err(Error::invalid_argument(format!(
+                "ncclCommShrink: unknown shrinkFlags {shrinkFlags:#x} (NCCL_SHRINK_DEFAULT 0 or NCCL_SHRINK_ABORT 1)"
+            )));
+        }
+        let listed = match usize::try_from(excludeRanksCount) {
+            // SAFETY: checked non-null; the caller passes excludeRanksCount ranks (read, never
+            // reordered: NCCL sorts the caller's list in place, ferroccl leaves it alone).
+            Ok(n) if n > 0 => unsafe { std::slice::from_raw_parts(excludeRanksList, n) },
+            _ => &[],
+        };
+        let excluded = comm::shrink_exclusions(parent.nranks, parent.rank, listed)?;
+        let abort = shrinkFlags & NCCL_SHRINK_ABORT != 0;
+        if !abort {
+            parent.check_usable("ncclCommShrink")?;
+        }
+        let cfg = child_config(&parent, config)?;
+        if abort {
+            crate::coll::one_gpu::release_streams(&parent);
+            parent.abort();
+        }
+        let req = Request {
+            function: "ncclCommShrink",
+            blocking: parent.config.blocking,
+            own_group: true,
+            makes_comm: true,
+            parent: Some(parent.clone()),
+        };
+        let make: Make = Box::new(move |interrupt| parent.shrink(&excluded, cfg, interrupt).map(Some));
+        creation::create(req, make, handle_writer(newcomm))
+    })
 }
+
+/// ncclCommShrink flag: abort the parent's outstanding work first.
+const NCCL_SHRINK_ABORT: c_int = 1;
 
 /// ferroccl: creates a communicator spanning the MPI communicator whose Fortran handle is
 /// `fcomm` (`MPI_Comm_c2f(comm)` from C; the INTEGER handle or `comm%MPI_VAL` from Fortran).
