@@ -227,7 +227,9 @@ ncclResult_t ncclSetEncryption(const ncclEncryptionConfig_t *config);
 // Starts a group: calls until the matching ncclGroupEnd are queued and run together.
 ncclResult_t ncclGroupStart(void);
 
-// Ends a group; the outermost end runs every queued call and returns when they are complete.
+// Ends a group; the outermost end runs every queued call and returns when they are complete,
+// except creations of non-blocking communicators, which continue in the background: then it
+// returns ncclInProgress (poll ncclCommGetAsyncError on each new communicator).
 ncclResult_t ncclGroupEnd(void);
 
 // Not implemented yet (no cost model): checks its argument, then returns ncclInvalidUsage.
@@ -237,32 +239,49 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 // root in this process.
 ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId);
 
-// Creates a communicator with a configuration (multi-process or multi-thread).
+// Creates a communicator with a configuration (multi-process or multi-thread). A
+// non-blocking one (config.blocking = 0 or NCCL_COMM_BLOCKING=0) returns ncclInProgress at
+// once with a valid handle; poll ncclCommGetAsyncError until it returns ncclSuccess.
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config);
 
-// Creates a communicator (multi-process or multi-thread).
+// Creates a communicator (multi-process or multi-thread). As in NCCL, outside a group it
+// returns once the communicator exists, even when NCCL_COMM_BLOCKING=0.
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
 
-// Creates `ndev` communicators in this process, one per rank (ranks are threads).
+// Creates `ndev` communicators in this process, one per rank (ranks are threads). Returns
+// once they exist, also when NCCL_COMM_BLOCKING=0 makes them non-blocking.
 ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist);
 
 // Creates a communicator from several ids (NCCL spreads the rendezvous over them; ferroccl
-// currently rendezvouses at the first).
+// currently rendezvouses at the first). Non-blocking as ncclCommInitRankConfig.
 ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds, ncclConfig_t *config);
 
-// Waits until every rank reaches finalize; the communicator then only accepts Destroy.
+// Marks the communicator finalized; it then only accepts Destroy. Host operations are
+// complete when their calls return, so nothing is left to flush: ncclSuccess at once, also on
+// a non-blocking communicator (NCCL allows ncclInProgress there; polling sees ncclSuccess).
 ncclResult_t ncclCommFinalize(ncclComm_t comm);
 
-// Frees the communicator's local resources.
+// Frees the communicator's local resources. As NCCL, refused (ncclInvalidArgument) while a
+// non-blocking init, split or shrink of it is in progress: poll first, or abort.
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 
-// Frees the communicator at once, abandoning anything in flight.
+// Frees the communicator at once, abandoning anything in flight. On a communicator whose
+// non-blocking creation is still running, stops it (its waits poll the abort flag) and
+// returns once it has stopped.
 ncclResult_t ncclCommAbort(ncclComm_t comm);
 
-// Splits a communicator by color, ordering the new ranks by key.
+// Splits a communicator by color, ordering the new ranks by key. The parent's mode decides
+// whether the call waits (as NCCL); the new communicator takes `config`, or the parent's.
+// Non-blocking: returns ncclInProgress, `*newcomm` is valid at once (NULL for
+// NCCL_SPLIT_NOCOLOR), and both it and the parent report ncclInProgress until done.
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
 
-// Not implemented yet: returns ncclInvalidUsage.
+// Makes a communicator of the ranks not in `excludeRanksList`, renumbered in order; only
+// those ranks call it (the excluded ones may have failed). NCCL_SHRINK_DEFAULT needs a
+// healthy parent, which stays usable. NCCL_SHRINK_ABORT first aborts the parent: operations
+// blocked on it in other threads return, its connections close, later operations on it
+// fail; free it with ncclCommAbort or ncclCommDestroy. Bad arguments change nothing.
+// Blocking or not as ncclCommSplit.
 ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
 
 // ferroccl: creates a communicator spanning the MPI communicator whose Fortran handle is
@@ -414,7 +433,8 @@ const char *ncclGetLastError(ncclComm_t comm);
 // Re-reads logging settings (deprecated in NCCL; ferroccl reads them once, so a no-op).
 void ncclResetDebugInit(void);
 
-// The communicator's asynchronous error state (ncclSuccess while healthy).
+// The communicator's asynchronous error state (ncclSuccess while healthy): ncclInProgress
+// while a non-blocking init, split or shrink is still running, then its outcome.
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
 
 // Number of ranks.

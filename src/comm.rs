@@ -1,5 +1,10 @@
-//! Communicators: creation (from a unique id, from threads, from a parent by split), the
-//! handle registry the C API looks them up in, and their lifecycle.
+//! Communicators: creation (from a unique id, from threads, from a parent by split or
+//! shrink), the handle registry the C API looks them up in, and their lifecycle.
+//!
+//! A handle may name a communicator still being created ([`Creation`]: NCCL's non-blocking
+//! init hands the handle out at once); such a handle answers only ncclCommGetAsyncError and
+//! ncclCommAbort until the creation finishes and the registry slot turns into the
+//! communicator.
 //!
 //! Owns a communicator's peers, connection table, bootstrap, reduction operators and state.
 //! Not here: plans and their cache (`coll`, kept in the opaque slot of
@@ -10,7 +15,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicI32, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 use crate::bootstrap::{self, Bootstrap, UniqueId};
 use crate::config::CommConfig;
@@ -76,13 +81,15 @@ pub struct Comm {
 }
 
 impl Comm {
-    /// Joins the communicator behind `id` (ncclCommInitRank*). Blocks until all ranks joined.
+    /// Joins the communicator behind `id` (ncclCommInitRank*). Blocks until all ranks joined,
+    /// or until `interrupt` is set (it becomes the communicator's abort flag).
     pub fn init_rank(
         id: &UniqueId,
         nranks: usize,
         rank: usize,
         config: CommConfig,
         cuda_dev: i32,
+        interrupt: Interrupt,
     ) -> Result<Arc<Comm>> {
         if nranks == 0 {
             return Err(Error::invalid_argument("nranks must be at least 1"));
@@ -91,8 +98,8 @@ impl Comm {
             return Err(Error::invalid_argument(format!("rank {rank} is out of range for {nranks} ranks")));
         }
         crate::debug::version_banner(&crate::version::banner());
-        let bootstrap = Bootstrap::join(id, rank, nranks)?;
-        Self::from_bootstrap(bootstrap, id.hash(), config, cuda_dev)
+        let bootstrap = Bootstrap::join_or_interrupt(id, rank, nranks, Some(&interrupt))?;
+        Self::from_bootstrap(bootstrap, id.hash(), config, cuda_dev, interrupt)
     }
 
     fn from_bootstrap(
@@ -100,12 +107,12 @@ impl Comm {
         comm_hash: u64,
         config: CommConfig,
         cuda_dev: i32,
+        interrupt: Interrupt,
     ) -> Result<Arc<Comm>> {
         let (rank, nranks, magic) = (bootstrap.rank(), bootstrap.nranks(), bootstrap.magic());
         let net = network()?;
         crate::transport::net_select::check_config_name(config.net_name.as_deref(), net.name())?;
         describe_topology_once();
-        let interrupt = Interrupt::new();
         bootstrap.set_interrupt(interrupt.clone());
         let (mut links, handle) =
             Links::listen(net.clone(), TierPolicy::from_env(), rank, nranks, magic, host_hash(), interrupt.clone())?;
@@ -206,7 +213,14 @@ impl Comm {
             CommState::Aborted => return Err(Error::invalid_usage(format!("{function}: communicator was aborted"))),
         }
         let e = self.async_error.load(Ordering::Acquire);
-        if e != 0 && e != ncclResult_t::ncclInProgress.0 {
+        if e == ncclResult_t::ncclInProgress.0 {
+            // NCCL's ncclCommEnsureReady: refused, and nothing changes.
+            return Err(Error::invalid_argument(format!(
+                "{function}: attempt to use the communicator before its previous non-blocking call \
+                 completed (ncclCommGetAsyncError still returns ncclInProgress)"
+            )));
+        }
+        if e != 0 {
             return Err(Error::invalid_usage(format!(
                 "{function}: communicator has a pending asynchronous error ({}); it must be destroyed",
                 crate::error::error_string(ncclResult_t(e)).to_string_lossy()
@@ -219,11 +233,39 @@ impl Comm {
         ncclResult_t(self.async_error.load(Ordering::Acquire))
     }
 
-    /// Records a failure that leaves the communicator unusable (not bad arguments).
+    /// Records a failure that leaves the communicator unusable (not bad arguments). It
+    /// replaces a background call's ncclInProgress: that call has failed too.
     pub fn set_async_error(&self, e: &Error) {
-        if !matches!(e, Error::InvalidArgument(_)) {
-            let _ = self.async_error.compare_exchange(0, e.code().0, Ordering::AcqRel, Ordering::Acquire);
+        if matches!(e, Error::InvalidArgument(_)) {
+            return;
         }
+        let in_progress = ncclResult_t::ncclInProgress.0;
+        let _ = self.async_error.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+            (cur == 0 || cur == in_progress).then_some(e.code().0)
+        });
+    }
+
+    /// A non-blocking split or shrink of this communicator runs in the background: until
+    /// [`Comm::end_background`], ncclCommGetAsyncError reports ncclInProgress and other calls
+    /// are refused (NCCL marks the parent the same way, so programs poll it). Overwrites an
+    /// earlier error, as NCCL does: after NCCL_SHRINK_ABORT the parent may hold one.
+    pub fn begin_background(&self) {
+        self.async_error.store(ncclResult_t::ncclInProgress.0, Ordering::Release);
+    }
+
+    /// The background call finished with `failure` (None: success).
+    pub fn end_background(&self, failure: Option<&Error>) {
+        let code = match failure {
+            Some(e) if !matches!(e, Error::InvalidArgument(_)) => e.code().0,
+            _ => 0,
+        };
+        let in_progress = ncclResult_t::ncclInProgress.0;
+        let _ = self.async_error.compare_exchange(in_progress, code, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// A background call on this communicator has not finished.
+    pub fn busy(&self) -> bool {
+        self.async_error() == ncclResult_t::ncclInProgress
     }
 
     pub fn links(&self) -> Result<MutexGuard<'_, Links>> {
@@ -363,8 +405,16 @@ impl Comm {
 
     /// ncclCommSplit: every rank of `self` calls this; ranks with the same color form a new
     /// communicator ordered by (key, old rank). NCCL_SPLIT_NOCOLOR (-1) yields `None`.
-    pub fn split(&self, color: c_int, key: c_int, config: CommConfig) -> Result<Option<Arc<Comm>>> {
-        self.check_usable("ncclCommSplit")?;
+    /// `interrupt` becomes the child's abort flag (and ends its creation early).
+    pub fn split(
+        &self,
+        color: c_int,
+        key: c_int,
+        config: CommConfig,
+        interrupt: Interrupt,
+    ) -> Result<Option<Arc<Comm>>> {
+        // Usability was checked by the call: a non-blocking split runs while the parent
+        // reports ncclInProgress.
         if color < -1 {
             return Err(Error::invalid_argument(format!(
                 "ncclCommSplit: color {color} must be >= 0 or NCCL_SPLIT_NOCOLOR"
@@ -397,8 +447,83 @@ impl Comm {
             UniqueId::decode(&b).map_err(|e| Error::remote(format!("malformed split id: {e}")))?
         };
         drop(boot);
-        Comm::init_rank(&id, members.len(), new_rank, config, self.cuda_dev).map(Some)
+        Comm::init_rank(&id, members.len(), new_rank, config, self.cuda_dev, interrupt).map(Some)
     }
+
+    /// ncclCommShrink: the ranks of `self` not in `excluded` (from [`shrink_exclusions`]) form
+    /// a new communicator, numbered in parent order. Only they call this, and the excluded
+    /// ranks may be dead, so the rendezvous needs nothing of theirs: the lowest surviving rank
+    /// makes a fresh id (the root runs in its process) and sends it to the other survivors over
+    /// the parent's bootstrap, whose listening addresses every rank learnt at init; then the
+    /// survivors join that id. The parent's bootstrap waits answer to `interrupt` (the new
+    /// communicator's abort flag) rather than the parent's, which NCCL_SHRINK_ABORT has set.
+    pub fn shrink(&self, excluded: &[usize], config: CommConfig, interrupt: Interrupt) -> Result<Arc<Comm>> {
+        let members: Vec<usize> = (0..self.nranks).filter(|r| !excluded.contains(r)).collect();
+        let new_rank = members
+            .iter()
+            .position(|&r| r == self.rank)
+            .ok_or_else(|| Error::internal("ncclCommShrink: this rank is in its own exclude list"))?;
+        let leader = members[0];
+        let id = self.bootstrap().with_interrupt(interrupt.clone(), |boot| -> Result<UniqueId> {
+            if leader == self.rank {
+                let id = bootstrap::create_unique_id()?;
+                for &r in &members[1..] {
+                    boot.send(r, SHRINK_TAG, &id.encode()).map_err(|e| e.context("ncclCommShrink"))?;
+                }
+                Ok(id)
+            } else {
+                let b = boot.recv(leader, SHRINK_TAG).map_err(|e| e.context("ncclCommShrink"))?;
+                UniqueId::decode(&b).map_err(|e| Error::remote(format!("malformed shrink id: {e}")))
+            }
+        })?;
+        log::info!(
+            target: "INIT",
+            "ncclCommShrink: rank {} of {} becomes rank {new_rank} of {} (excluded {excluded:?}, root at rank {leader})",
+            self.rank,
+            self.nranks,
+            members.len()
+        );
+        Comm::init_rank(&id, members.len(), new_rank, config, self.cuda_dev, interrupt)
+    }
+}
+
+/// Bootstrap tag of the new id the lowest surviving rank sends in ncclCommShrink (split's
+/// tags have 0x5 in the top nibble).
+const SHRINK_TAG: u32 = 0x6000_0000;
+
+/// ncclCommShrink's exclude list, checked before anything changes: distinct ranks of a
+/// communicator of `nranks`, not all of them, and not `rank` itself (excluded ranks must not
+/// call ncclCommShrink). Returns the excluded ranks in increasing order.
+pub fn shrink_exclusions(nranks: usize, rank: usize, excluded: &[c_int]) -> Result<Vec<usize>> {
+    if excluded.is_empty() {
+        return Err(Error::invalid_argument("ncclCommShrink: excludeRanksCount must be at least 1"));
+    }
+    let mut sorted = Vec::with_capacity(excluded.len());
+    for &r in excluded {
+        match usize::try_from(r) {
+            Ok(r) if r < nranks => sorted.push(r),
+            _ => {
+                return Err(Error::invalid_argument(format!(
+                    "ncclCommShrink: excluded rank {r} is out of range for {nranks} ranks"
+                )))
+            }
+        }
+    }
+    sorted.sort_unstable();
+    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(Error::invalid_argument(format!("ncclCommShrink: rank {} is excluded twice", w[0])));
+    }
+    if sorted.len() >= nranks {
+        return Err(Error::invalid_argument(format!(
+            "ncclCommShrink: excluding all {nranks} ranks leaves no communicator"
+        )));
+    }
+    if sorted.binary_search(&rank).is_ok() {
+        return Err(Error::invalid_argument(format!(
+            "ncclCommShrink: this rank ({rank}) is in the exclude list; excluded ranks must not call ncclCommShrink"
+        )));
+    }
+    Ok(sorted)
 }
 
 /// The network of the NET tier, chosen once per process at run time (`net_select`: IB when
@@ -463,11 +588,109 @@ pub fn host_hash() -> u64 {
     crate::hash::fnv1a64(ident.as_bytes())
 }
 
+/// A communicator being created behind a handle its caller already holds (non-blocking
+/// init, split, shrink). The job that creates it calls [`Creation::start`], then
+/// [`finish_creation`]; ncclCommAbort calls [`Creation::cancel`].
+pub struct Creation {
+    /// The call that started it, for messages.
+    function: &'static str,
+    /// Becomes the new communicator's abort flag; set early, it ends the creation's waits.
+    interrupt: Interrupt,
+    phase: Mutex<Phase>,
+    changed: Condvar,
+}
+
+enum Phase {
+    /// Queued in a group that has not ended yet.
+    Queued,
+    Running,
+    Failed(Error),
+    /// The communicator replaced the creation in the registry (or was dropped, if aborted).
+    Done,
+}
+
+impl Creation {
+    pub fn new(function: &'static str) -> Arc<Creation> {
+        Arc::new(Creation {
+            function,
+            interrupt: Interrupt::new(),
+            phase: Mutex::new(Phase::Queued),
+            changed: Condvar::new(),
+        })
+    }
+
+    pub fn interrupt(&self) -> &Interrupt {
+        &self.interrupt
+    }
+
+    fn phase(&self) -> MutexGuard<'_, Phase> {
+        self.phase.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The job begins (from here on, an abort waits for it to stop).
+    pub fn start(&self) {
+        let mut phase = self.phase();
+        if matches!(*phase, Phase::Queued) {
+            *phase = Phase::Running;
+        }
+    }
+
+    /// What ncclCommGetAsyncError reports: ncclInProgress until the creation failed.
+    pub fn status(&self) -> ncclResult_t {
+        match &*self.phase() {
+            Phase::Failed(e) => e.code(),
+            _ => ncclResult_t::ncclInProgress,
+        }
+    }
+
+    /// The error a call other than ncclCommGetAsyncError/ncclCommAbort gets on this handle:
+    /// NCCL's ncclCommEnsureReady (ncclInvalidArgument while in progress, else the failure).
+    pub fn refusal(&self, function: &str, handle: ncclComm_t) -> Error {
+        match &*self.phase() {
+            Phase::Failed(e) => {
+                e.duplicate().context(&format!("{function}: communicator {handle:p} failed to initialise"))
+            }
+            _ => Error::invalid_argument(format!(
+                "{function}: communicator {handle:p} is still being created (its non-blocking {} returned \
+                 ncclInProgress): poll ncclCommGetAsyncError until it returns ncclSuccess",
+                self.function
+            )),
+        }
+    }
+
+    /// True once the creation failed (its handle may then be destroyed like any other).
+    pub fn failed(&self) -> bool {
+        matches!(*self.phase(), Phase::Failed(_))
+    }
+
+    /// ncclCommAbort: sets the abort flag and waits until a running job has stopped (each of
+    /// its waits polls the flag); a job still queued stops as soon as it starts.
+    pub fn cancel(&self) {
+        self.interrupt.trigger();
+        let mut phase = self.phase();
+        while matches!(*phase, Phase::Running) {
+            phase = self.changed.wait(phase).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// A registry slot.
+enum Slot {
+    Ready(Arc<Comm>),
+    Creating(Arc<Creation>),
+}
+
+/// What a handle names.
+pub enum Entry {
+    Ready(Arc<Comm>),
+    Creating(Arc<Creation>),
+}
+
 /// Live communicators, indexed by handle token. Tokens are never reused, so a destroyed
 /// handle is always recognised (and never dereferenced); lookups need no hashing.
-static REGISTRY: Mutex<Vec<Option<Arc<Comm>>>> = Mutex::new(Vec::new());
+static REGISTRY: Mutex<Vec<Option<Slot>>> = Mutex::new(Vec::new());
 
-fn registry() -> MutexGuard<'static, Vec<Option<Arc<Comm>>>> {
+fn registry() -> MutexGuard<'static, Vec<Option<Slot>>> {
     REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -475,11 +698,50 @@ fn registry() -> MutexGuard<'static, Vec<Option<Arc<Comm>>>> {
 const HANDLE_SHIFT: u32 = 4;
 const HANDLE_BASE: usize = 1;
 
+fn push(slot: Slot) -> ncclComm_t {
+    let mut reg = registry();
+    reg.push(Some(slot));
+    ((reg.len() - 1 + HANDLE_BASE) << HANDLE_SHIFT) as ncclComm_t
+}
+
 /// Gives C a handle for a new communicator.
 pub fn register_handle(comm: Arc<Comm>) -> ncclComm_t {
-    let mut reg = registry();
-    reg.push(Some(comm));
-    ((reg.len() - 1 + HANDLE_BASE) << HANDLE_SHIFT) as ncclComm_t
+    push(Slot::Ready(comm))
+}
+
+/// Gives C a handle for a communicator that `creation` will make.
+pub fn register_creation(creation: Arc<Creation>) -> ncclComm_t {
+    push(Slot::Creating(creation))
+}
+
+/// Ends `creation` (behind `handle`): a communicator takes its place in the registry; a
+/// failure stays there for ncclCommGetAsyncError (and is logged, as NCCL warns). If the
+/// handle was aborted meanwhile, the new communicator is closed at once.
+pub fn finish_creation(handle: ncclComm_t, creation: &Arc<Creation>, result: Result<Arc<Comm>>) {
+    let orphan = match result {
+        Ok(comm) => {
+            let mut reg = registry();
+            let slot = slot_of(handle).and_then(|i| reg.get_mut(i));
+            match slot {
+                Some(slot) if matches!(&*slot, Some(Slot::Creating(c)) if Arc::ptr_eq(c, creation)) => {
+                    *slot = Some(Slot::Ready(comm));
+                    None
+                }
+                _ => Some(comm),
+            }
+        }
+        Err(e) => {
+            log::warn!(target: "INIT", "{}: non-blocking creation of comm {handle:p} failed: {e}", creation.function);
+            *creation.phase() = Phase::Failed(e);
+            creation.changed.notify_all();
+            return;
+        }
+    };
+    if let Some(comm) = orphan {
+        comm.abort();
+    }
+    *creation.phase() = Phase::Done;
+    creation.changed.notify_all();
 }
 
 fn slot_of(handle: ncclComm_t) -> Option<usize> {
@@ -490,22 +752,91 @@ fn slot_of(handle: ncclComm_t) -> Option<usize> {
     (token >> HANDLE_SHIFT).checked_sub(HANDLE_BASE)
 }
 
-/// The communicator behind a handle; NULL or unknown (destroyed) handles are errors.
-pub fn lookup(handle: ncclComm_t, function: &str) -> Result<Arc<Comm>> {
+fn not_live(function: &str, handle: ncclComm_t) -> Error {
     if handle.is_null() {
-        return Err(Error::invalid_argument(format!("{function}: comm is NULL")));
+        return Error::invalid_argument(format!("{function}: comm is NULL"));
     }
-    slot_of(handle).and_then(|i| registry().get(i).cloned().flatten()).ok_or_else(|| {
-        Error::invalid_argument(format!("{function}: comm {handle:p} is not a live communicator (destroyed?)"))
-    })
+    Error::invalid_argument(format!("{function}: comm {handle:p} is not a live communicator (destroyed?)"))
 }
 
-/// Removes a handle (destroy/abort); the communicator is freed when its last user is done.
-pub fn unregister(handle: ncclComm_t, function: &str) -> Result<Arc<Comm>> {
-    if handle.is_null() {
-        return Err(Error::invalid_argument(format!("{function}: comm is NULL")));
+/// What a handle names, whether created yet or not; NULL or unknown handles are errors.
+pub fn entry(handle: ncclComm_t, function: &str) -> Result<Entry> {
+    let reg = registry();
+    match slot_of(handle).and_then(|i| reg.get(i)) {
+        Some(Some(Slot::Ready(c))) => Ok(Entry::Ready(c.clone())),
+        Some(Some(Slot::Creating(c))) => Ok(Entry::Creating(c.clone())),
+        _ => Err(not_live(function, handle)),
     }
-    slot_of(handle).and_then(|i| registry().get_mut(i).and_then(Option::take)).ok_or_else(|| {
-        Error::invalid_argument(format!("{function}: comm {handle:p} is not a live communicator (destroyed?)"))
-    })
+}
+
+/// The communicator behind a handle; NULL, unknown (destroyed) handles and handles whose
+/// creation has not completed are errors.
+pub fn lookup(handle: ncclComm_t, function: &str) -> Result<Arc<Comm>> {
+    match entry(handle, function)? {
+        Entry::Ready(c) => Ok(c),
+        Entry::Creating(c) => Err(c.refusal(function, handle)),
+    }
+}
+
+/// Removes a handle (destroy/abort); a communicator is freed when its last user is done.
+pub fn unregister(handle: ncclComm_t, function: &str) -> Result<Entry> {
+    let taken = slot_of(handle).and_then(|i| registry().get_mut(i).and_then(Option::take));
+    match taken {
+        Some(Slot::Ready(c)) => Ok(Entry::Ready(c)),
+        Some(Slot::Creating(c)) => Ok(Entry::Creating(c)),
+        None => Err(not_live(function, handle)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shrink_exclusions_are_checked() {
+        assert_eq!(shrink_exclusions(5, 0, &[4, 1]).unwrap(), vec![1, 4]);
+        let msg = |r: Result<Vec<usize>>| {
+            let e = r.unwrap_err();
+            assert_eq!(e.code(), ncclResult_t::ncclInvalidArgument);
+            e.to_string()
+        };
+        assert!(msg(shrink_exclusions(4, 0, &[])).contains("at least 1"));
+        assert!(msg(shrink_exclusions(4, 0, &[4])).contains("excluded rank 4 is out of range"));
+        assert!(msg(shrink_exclusions(4, 0, &[-1])).contains("excluded rank -1 is out of range"));
+        assert!(msg(shrink_exclusions(4, 0, &[2, 1, 2])).contains("rank 2 is excluded twice"));
+        assert!(msg(shrink_exclusions(3, 0, &[2, 0, 1])).contains("excluding all 3 ranks"));
+        assert!(msg(shrink_exclusions(3, 1, &[1])).contains("this rank (1) is in the exclude list"));
+    }
+
+    #[test]
+    fn creation_status_and_cancel() {
+        let c = Creation::new("ncclCommInitRankConfig");
+        assert_eq!(c.status(), ncclResult_t::ncclInProgress);
+        // Queued: cancel does not wait for a job that has not started.
+        c.cancel();
+        assert!(c.interrupt().is_set());
+        let c = Creation::new("ncclCommSplit");
+        c.start();
+        let handle = register_creation(c.clone());
+        let e = lookup(handle, "ncclCommCount").err().unwrap();
+        assert_eq!(e.code(), ncclResult_t::ncclInvalidArgument);
+        assert!(e.to_string().contains("still being created"), "{e}");
+        let job = {
+            let (c, token) = (c.clone(), handle as usize);
+            std::thread::spawn(move || {
+                while !c.interrupt().is_set() {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                finish_creation(token as ncclComm_t, &c, Err(Error::remote("peer gone")));
+            })
+        };
+        c.cancel(); // returns only once the job has stopped
+        assert_eq!(c.status(), ncclResult_t::ncclRemoteError);
+        assert!(c.failed());
+        let e = lookup(handle, "ncclAllReduce").err().unwrap();
+        assert_eq!(e.code(), ncclResult_t::ncclRemoteError, "{e}");
+        assert!(matches!(unregister(handle, "ncclCommAbort"), Ok(Entry::Creating(_))));
+        assert!(entry(handle, "x").is_err());
+        job.join().unwrap();
+    }
 }

@@ -1,16 +1,16 @@
 //! `ncclConfig_t` as NCCL reads it: by the caller's `size` and `version`, so programs built
 //! against older or newer headers work, then UNDEF fields resolved from the environment.
 
-use std::ffi::c_int;
-
 use crate::error::{Error, Result};
 use crate::types::{ncclConfig_t, NCCL_API_MAGIC, NCCL_CONFIG_UNDEF_INT};
 
 /// The settings ferroccl acts on, resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommConfig {
-    /// Blocking init/finalize (always honoured as blocking today: host operations complete
-    /// before the call returns, so non-blocking mode returns success instead of InProgress).
+    /// Blocking communicator (`ncclConfig_t.blocking`, overridden by NCCL_COMM_BLOCKING). A
+    /// non-blocking one is created, split and shrunk on a background thread (the call returns
+    /// ncclInProgress; `ncclCommGetAsyncError` tells when it is done); its host operations
+    /// still complete before their calls return.
     pub blocking: bool,
     pub comm_name: Option<String>,
     pub net_name: Option<String>,
@@ -129,24 +129,34 @@ pub fn undef_config() -> ncclConfig_t {
 /// # Safety
 /// String fields must be NULL or valid NUL-terminated strings.
 pub unsafe fn resolve(cfg: &ncclConfig_t) -> Result<CommConfig> {
-    let pick = |v: c_int, env: &str, default: i64| -> i64 {
-        if v == NCCL_CONFIG_UNDEF_INT {
-            crate::env::get_str(env).and_then(|s| s.trim().parse().ok()).unwrap_or(default)
-        } else {
-            v as i64
-        }
-    };
-    let blocking = pick(cfg.blocking, "NCCL_COMM_BLOCKING", 1);
-    if blocking != 0 && blocking != 1 {
-        return Err(Error::invalid_argument(format!("config.blocking must be 0 or 1, got {blocking}")));
+    // SAFETY: forwarded from the caller.
+    unsafe { resolve_with(cfg, crate::env::comm_blocking()) }
+}
+
+/// The settings of a communicator created without a config (NCCL_CONFIG_INITIALIZER, then
+/// the environment), as NCCL resolves them for ncclCommInitRank and ncclCommInitAll.
+pub fn from_environment() -> CommConfig {
+    // SAFETY: an UNDEF config has NULL string fields.
+    unsafe { resolve(&undef_config()) }.unwrap_or_default()
+}
+
+/// [`resolve`] with NCCL_COMM_BLOCKING given: as in NCCL (`envConfigOverride`), a set value
+/// overrides the config's `blocking` even when the config defines it.
+///
+/// # Safety
+/// As [`resolve`].
+unsafe fn resolve_with(cfg: &ncclConfig_t, env_blocking: Option<bool>) -> Result<CommConfig> {
+    if cfg.blocking != NCCL_CONFIG_UNDEF_INT && cfg.blocking != 0 && cfg.blocking != 1 {
+        return Err(Error::invalid_argument(format!("config.blocking must be 0 or 1, got {}", cfg.blocking)));
     }
+    let blocking = env_blocking.unwrap_or(cfg.blocking != 0);
     let split_share = if cfg.splitShare == NCCL_CONFIG_UNDEF_INT { 0 } else { cfg.splitShare };
     let string = |p: *const std::ffi::c_char| {
         // SAFETY: caller guarantees NULL or valid NUL-terminated strings.
         (!p.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
     };
     Ok(CommConfig {
-        blocking: blocking == 1,
+        blocking,
         comm_name: string(cfg.commName),
         net_name: string(cfg.netName),
         split_share: split_share != 0,
@@ -191,5 +201,24 @@ mod tests {
         assert!(unsafe { resolve(&c) }.is_err());
         // SAFETY: NULL is allowed.
         assert_eq!(unsafe { read_config(std::ptr::null()) }.unwrap().magic, NCCL_API_MAGIC);
+    }
+
+    #[test]
+    fn blocking_from_config_and_environment() {
+        let mut c = undef_config();
+        let blocking = |c: &ncclConfig_t, env| {
+            // SAFETY: a valid config with NULL strings.
+            unsafe { resolve_with(c, env) }.unwrap().blocking
+        };
+        assert!(blocking(&c, None), "UNDEF and no environment: blocking");
+        assert!(!blocking(&c, Some(false)), "UNDEF: NCCL_COMM_BLOCKING=0 decides");
+        c.blocking = 0;
+        assert!(!blocking(&c, None));
+        assert!(blocking(&c, Some(true)), "a set NCCL_COMM_BLOCKING overrides the config, as in NCCL");
+        c.blocking = 1;
+        assert!(!blocking(&c, Some(false)));
+        c.blocking = -1;
+        // SAFETY: as above.
+        assert!(unsafe { resolve_with(&c, Some(true)) }.is_err(), "a bad value is rejected whatever the environment");
     }
 }

@@ -141,8 +141,9 @@ pub static PARAMS: &[Param] = &[
         "NCCL_COMM_BLOCKING",
         Bool,
         "",
-        "0 makes communicators non-blocking (calls may return ncclInProgress), 1 blocking; \
-         unset follows ncclConfig_t.blocking",
+        "0 makes every communicator non-blocking (init, split, shrink and group end may return \
+         ncclInProgress), 1 blocking; either overrides ncclConfig_t.blocking, as in NCCL; unset \
+         follows ncclConfig_t.blocking (default blocking)",
     ),
     // ferroccl's own.
     param(
@@ -316,6 +317,16 @@ impl Snapshot {
         self.int_opt(checked(name, &[Bool, Int])).is_some_and(|v| v != 0)
     }
 
+    /// NCCL_COMM_BLOCKING as NCCL reads it: 0 or 1 overrides every communicator's
+    /// `ncclConfig_t.blocking`; unset (or any other value) leaves the config in charge.
+    pub fn comm_blocking(&self) -> Option<bool> {
+        match self.get_int_opt("NCCL_COMM_BLOCKING") {
+            Some(0) => Some(false),
+            Some(1) => Some(true),
+            _ => None,
+        }
+    }
+
     /// A byte count: the value (plain or with a K/M/G/T suffix), else the default.
     pub fn get_bytes(&self, name: &str) -> u64 {
         let p = checked(name, &[Bytes, Int]);
@@ -414,6 +425,11 @@ pub fn get_int_opt(name: &str) -> Option<i64> {
 /// [`Snapshot::get_bool`] on the process snapshot.
 pub fn get_bool(name: &str) -> bool {
     snapshot().get_bool(name)
+}
+
+/// [`Snapshot::comm_blocking`] on the process snapshot.
+pub fn comm_blocking() -> Option<bool> {
+    snapshot().comm_blocking()
 }
 
 /// [`Snapshot::get_bytes_opt`] on the process snapshot.
@@ -660,6 +676,7 @@ mod tests {
         assert!(!s.get_bool("NCCL_SHM_DISABLE"));
         assert!(!s.get_bool("NCCL_COMM_BLOCKING"));
         assert_eq!(s.get_int_opt("NCCL_COMM_BLOCKING"), None);
+        assert_eq!(s.comm_blocking(), None);
         assert_eq!(s.get_int_opt("NCCL_SOCKET_NTHREADS"), None);
         assert_eq!(s.get_str("NCCL_DEBUG"), None);
         assert_eq!(s.get_str("NCCL_DEBUG_SUBSYS"), None);
@@ -688,6 +705,9 @@ mod tests {
         assert!(s.get_bool("NCCL_SHM_DISABLE"));
         assert_eq!(s.get_int_opt("NCCL_SOCKET_NTHREADS"), Some(4));
         assert_eq!(s.get_int_opt("NCCL_COMM_BLOCKING"), Some(0));
+        assert_eq!(s.comm_blocking(), Some(false));
+        assert_eq!(snap(&[("NCCL_COMM_BLOCKING", "1")], &[]).comm_blocking(), Some(true));
+        assert_eq!(snap(&[("NCCL_COMM_BLOCKING", "2")], &[]).comm_blocking(), None, "only 0 and 1 override");
         assert_eq!(s.get_int("NCCL_SOCKET_RETRY_CNT"), 16);
         assert_eq!(s.get_int("FERROCCL_BOOTSTRAP_TIMEOUT"), -5);
         // Empty counts as unset, as in NCCL.

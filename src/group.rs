@@ -2,6 +2,13 @@
 //! run together by the outermost ncclGroupEnd, which returns once every queued operation is
 //! complete for this rank (host buffers may then be reused). Outside a group each call is a
 //! group of one.
+//!
+//! Communicator creations of non-blocking communicators are the exception: they start on
+//! threads of their own and the call (or group end) returns [`Progress::InProgress`], as in
+//! NCCL. Operations always complete before the call returns, also on non-blocking
+//! communicators (NCCL allows ncclSuccess there), so a non-blocking group of operations ends
+//! with ncclSuccess. Unlike NCCL, blocking and non-blocking creations may share a group: the
+//! group end starts the non-blocking ones, then runs the blocking ones.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -10,8 +17,32 @@ use crate::coll::{self, OpRequest};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 
-/// A deferred communicator creation (ncclCommInitRank* inside a group).
-pub type InitTask = Box<dyn FnOnce() -> Result<()> + Send>;
+/// A deferred communicator creation (ncclCommInitRank*, split, shrink inside a group).
+pub struct InitTask {
+    job: Box<dyn FnOnce() -> Result<()> + Send>,
+    /// Runs on a thread of its own, not waited for (a non-blocking communicator's creation).
+    background: bool,
+}
+
+impl InitTask {
+    /// A creation the call (or its group end) waits for.
+    pub fn blocking(job: impl FnOnce() -> Result<()> + Send + 'static) -> InitTask {
+        InitTask { job: Box::new(job), background: false }
+    }
+
+    /// A creation that runs on its own thread; `job` reports its outcome itself.
+    pub fn background(job: impl FnOnce() -> Result<()> + Send + 'static) -> InitTask {
+        InitTask { job: Box::new(job), background: true }
+    }
+}
+
+/// How a call that may leave work running ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    Complete,
+    /// Work continues in the background (ncclInProgress): poll ncclCommGetAsyncError.
+    InProgress,
+}
 
 #[derive(Default)]
 struct GroupState {
@@ -33,7 +64,7 @@ pub fn depth() -> u32 {
 }
 
 /// Ends one nesting level; the outermost runs everything queued.
-pub fn end() -> Result<()> {
+pub fn end() -> Result<Progress> {
     let (inits, ops) = GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth == 0 {
@@ -45,13 +76,34 @@ pub fn end() -> Result<()> {
         }
         Ok((std::mem::take(&mut g.inits), std::mem::take(&mut g.ops)))
     })?;
-    run_inits(inits)?;
-    run_ops(ops)
+    let progress = run_inits(inits)?;
+    run_ops(ops)?;
+    Ok(progress)
 }
 
-/// Queues an init in the current group, or runs it now outside one.
-pub fn init(task: InitTask) -> Result<()> {
-    let queued = GROUP.with(|g| {
+/// Queues a creation in the current group; outside one, runs it as a group of its own (NCCL
+/// wraps ncclCommInitRankConfig, split and shrink in one): a blocking one now, a
+/// non-blocking one on its own thread.
+pub fn init(task: InitTask) -> Result<Progress> {
+    match queue_init(task) {
+        Some(task) if task.background => spawn_background(task.job).map(|()| Progress::InProgress),
+        Some(task) => (task.job)().map(|()| Progress::Complete),
+        None => Ok(Progress::Complete),
+    }
+}
+
+/// [`init`] for ncclCommInitRank, which NCCL does not wrap in a group: outside a group it
+/// runs on the calling thread whatever the communicator's mode.
+pub fn init_ungrouped(task: InitTask) -> Result<Progress> {
+    match queue_init(task) {
+        Some(task) => (task.job)().map(|()| Progress::Complete),
+        None => Ok(Progress::Complete),
+    }
+}
+
+/// Queues `task` inside a group; gives it back outside one.
+fn queue_init(task: InitTask) -> Option<InitTask> {
+    GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth > 0 {
             g.inits.push(task);
@@ -59,11 +111,18 @@ pub fn init(task: InitTask) -> Result<()> {
         } else {
             Some(task)
         }
-    });
-    match queued {
-        Some(task) => task(),
-        None => Ok(()),
-    }
+    })
+}
+
+fn spawn_background(job: Box<dyn FnOnce() -> Result<()> + Send>) -> Result<()> {
+    std::thread::Builder::new()
+        .name("ferroccl-init".into())
+        .spawn(move || {
+            // The job records its outcome in the handle it creates; nobody joins this thread.
+            let _ = job();
+        })
+        .map(|_| ())
+        .map_err(|e| Error::system("spawn init thread", e))
 }
 
 /// Queues an operation in the current group, or runs it now outside one.
@@ -92,8 +151,24 @@ pub fn enqueue(comm: Arc<Comm>, req: OpRequest) -> Result<()> {
 }
 
 /// Inits of one group join each other (ranks of one communicator driven from one thread),
-/// so each runs on its own thread.
-fn run_inits(inits: Vec<InitTask>) -> Result<()> {
+/// so each runs on its own thread. Background (non-blocking) ones start first, so that a
+/// blocking one waiting for them can finish.
+fn run_inits(inits: Vec<InitTask>) -> Result<Progress> {
+    let mut progress = Progress::Complete;
+    let mut waited = Vec::new();
+    for task in inits {
+        if task.background {
+            spawn_background(task.job)?;
+            progress = Progress::InProgress;
+        } else {
+            waited.push(task.job);
+        }
+    }
+    run_blocking_inits(waited)?;
+    Ok(progress)
+}
+
+fn run_blocking_inits(inits: Vec<Box<dyn FnOnce() -> Result<()> + Send>>) -> Result<()> {
     match inits.len() {
         0 => Ok(()),
         1 => inits.into_iter().next().expect("one")(),

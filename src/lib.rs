@@ -24,7 +24,8 @@
 //! 7. [`coll`] (plans as data, algorithms, the plan cache, the progress engine, the
 //!    stream-ordered executor for device buffers) and
 //!    [`coverage`] (the encryption coverage report);
-//! 8. [`group`]: group semantics;
+//! 8. [`group`]: group semantics; [`creation`]: communicator creation run as NCCL runs it,
+//!    blocking or in the background behind a handle the caller already holds;
 //! 9. [`ffi`]: the C boundary, one thin file per section of nccl.h.
 //!
 //! `unsafe` lives at the edges only: `ffi`, raw memory in `coll::exec` and the transports,
@@ -38,6 +39,7 @@ pub mod coll;
 pub mod comm;
 pub mod config;
 pub mod coverage;
+pub mod creation;
 pub mod cuda;
 pub mod debug;
 pub mod encryption;

@@ -67,12 +67,24 @@ pub struct Bootstrap {
 impl Bootstrap {
     /// Joins the communicator behind `id` as `rank` of `nranks`.
     pub fn join(id: &UniqueId, rank: usize, nranks: usize) -> Result<Bootstrap> {
+        Self::join_or_interrupt(id, rank, nranks, None)
+    }
+
+    /// [`Bootstrap::join`], giving up once `interrupt` is set (ncclCommAbort of a
+    /// communicator whose non-blocking init is still waiting for its peers); every later wait
+    /// of the bootstrap answers to it too.
+    pub fn join_or_interrupt(
+        id: &UniqueId,
+        rank: usize,
+        nranks: usize,
+        interrupt: Option<&Interrupt>,
+    ) -> Result<Bootstrap> {
         let deadline = Instant::now() + timeout();
         let iface = crate::transport::netif::pick()?;
         let listener = socket::listen(iface.addr, 0)?;
         let mine = listener.local_addr().map_err(|e| Error::system("getsockname", e))?;
-        let addrs = root::rendezvous(id.root, id.magic, rank, nranks, mine, deadline)?;
-        Self::from_table(rank, addrs, listener, id.magic, deadline)
+        let addrs = root::rendezvous(id.root, id.magic, rank, nranks, mine, deadline, interrupt)?;
+        Self::from_table(rank, addrs, listener, id.magic, deadline, interrupt)
     }
 
     /// Builds the ring once every rank's listening address is known.
@@ -82,6 +94,7 @@ impl Bootstrap {
         listener: TcpListener,
         magic: u64,
         deadline: Instant,
+        interrupt: Option<&Interrupt>,
     ) -> Result<Bootstrap> {
         let nranks = addrs.len();
         let mut b = Bootstrap {
@@ -93,7 +106,7 @@ impl Bootstrap {
             next: None,
             prev: None,
             unexpected: Vec::new(),
-            interrupt: None,
+            interrupt: interrupt.cloned(),
         };
         if nranks > 1 {
             // Connect to the next rank while accepting the previous one: a TLS client
@@ -140,11 +153,22 @@ impl Bootstrap {
         self.interrupt = Some(interrupt);
     }
 
+    /// Runs `f` with waits answering to `interrupt` instead of the communicator's own flag,
+    /// then restores it: ncclCommShrink's rendezvous runs over an aborted parent
+    /// (NCCL_SHRINK_ABORT) and must stop when the communicator it creates is aborted instead.
+    pub fn with_interrupt<R>(&mut self, interrupt: Interrupt, f: impl FnOnce(&mut Bootstrap) -> R) -> R {
+        let saved = self.interrupt.replace(interrupt);
+        let r = f(self);
+        self.interrupt = saved;
+        r
+    }
+
     /// Accepts connections until one of `kind` from `peer` arrives; p2p messages arriving
     /// meanwhile are queued and strangers dropped.
     fn accept_from(&mut self, kind: ConnKind, peer: usize, deadline: Instant) -> Result<Stream> {
         loop {
-            let mut s = socket::accept(&self.listener, deadline).map_err(|e| e.context("bootstrap"))?;
+            let mut s = socket::accept_or_interrupt(&self.listener, deadline, self.interrupt.as_ref())
+                .map_err(|e| e.context("bootstrap"))?;
             s.set_timeout(Some(timeout()))?;
             let hello = match s.recv_hello(self.magic) {
                 Ok(h) => h,

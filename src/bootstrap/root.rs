@@ -5,6 +5,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::time::Instant;
 
 use crate::error::{Error, Result};
+use crate::interrupt::Interrupt;
 use crate::transport::socket::{self, ConnKind, Hello, Stream, ADDR_BYTES};
 pub use crate::wire::{decode_table, encode_table, RankInfo};
 
@@ -80,12 +81,16 @@ pub fn rendezvous(
     nranks: usize,
     mine: SocketAddr,
     deadline: Instant,
+    interrupt: Option<&Interrupt>,
 ) -> Result<Vec<SocketAddr>> {
     let mut s = socket::connect(root, deadline).map_err(|e| e.context("contacting the bootstrap root"))?;
     s.set_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(std::time::Duration::from_millis(1))))?;
     s.send_hello(&Hello { magic, kind: ConnKind::Root, rank: rank as u32, extra: 0 })?;
     s.send_msg(&RankInfo { rank: rank as u32, nranks: nranks as u32, addr: mine }.encode(), "root")?;
-    let reply = s.recv_msg(nranks * ADDR_BYTES, "waiting for all ranks at the bootstrap root")?;
+    let what = "waiting for all ranks at the bootstrap root";
+    // The reply comes once every rank has registered: that wait polls the abort flag.
+    s.await_input(interrupt, deadline, what)?;
+    let reply = s.recv_msg(nranks * ADDR_BYTES, what)?;
     if reply.len() != nranks * ADDR_BYTES {
         return Err(Error::invalid_argument(format!(
             "bootstrap root refused rank {rank}: {}",

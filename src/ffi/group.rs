@@ -1,6 +1,6 @@
 //! Group calls.
 
-use super::{boundary, non_null};
+use super::{boundary, boundary_progress, non_null};
 use crate::error::Error;
 use crate::group;
 use crate::types::{ncclResult_t, ncclSimInfo_t, NCCL_SIM_INFO_MAGIC};
@@ -14,10 +14,12 @@ pub extern "C" fn ncclGroupStart() -> ncclResult_t {
     })
 }
 
-/// Ends a group; the outermost end runs every queued call and returns when they are complete.
+/// Ends a group; the outermost end runs every queued call and returns when they are complete,
+/// except creations of non-blocking communicators, which continue in the background: then it
+/// returns ncclInProgress (poll ncclCommGetAsyncError on each new communicator).
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclGroupEnd() -> ncclResult_t {
-    boundary("ncclGroupEnd", group::end)
+    boundary_progress("ncclGroupEnd", group::end)
 }
 
 /// Not implemented yet (no cost model): checks its argument, then returns ncclInvalidUsage.

@@ -2,14 +2,16 @@
 
 use std::ffi::c_int;
 
-use super::{boundary, non_null};
+use super::{boundary, boundary_progress, non_null};
 use crate::bootstrap::{self, UniqueId};
-use crate::comm::{self, Comm};
+use crate::comm::{self, Comm, Entry};
 use crate::config::{self, CommConfig};
 use crate::coverage::Coverage;
+use crate::creation::{self, Make, Request};
 use crate::error::{Error, Result};
-use crate::group;
-use crate::types::{ncclComm_t, ncclConfig_t, ncclResult_t, ncclUniqueId};
+use crate::group::Progress;
+use crate::interrupt::Interrupt;
+use crate::types::{ncclComm_t, ncclConfig_t, ncclResult_t, ncclUniqueId, NCCL_SPLIT_NOCOLOR};
 
 /// Generates an id to be given to every rank before ncclCommInitRank. Starts the rendezvous
 /// root in this process.
@@ -29,7 +31,9 @@ pub extern "C" fn ncclGetUniqueId(uniqueId: *mut ncclUniqueId) -> ncclResult_t {
     })
 }
 
-/// Creates a communicator with a configuration (multi-process or multi-thread).
+/// Creates a communicator with a configuration (multi-process or multi-thread). A
+/// non-blocking one (config.blocking = 0 or NCCL_COMM_BLOCKING=0) returns ncclInProgress at
+/// once with a valid handle; poll ncclCommGetAsyncError until it returns ncclSuccess.
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommInitRankConfig(
     comm: *mut ncclComm_t,
@@ -38,14 +42,15 @@ pub extern "C" fn ncclCommInitRankConfig(
     rank: c_int,
     config: *mut ncclConfig_t,
 ) -> ncclResult_t {
-    boundary("ncclCommInitRankConfig", || {
+    boundary_progress("ncclCommInitRankConfig", || {
         // SAFETY: config is NULL or a caller-initialised ncclConfig_t.
         let cfg = unsafe { parse_config(config) }?;
-        init_rank_checked("ncclCommInitRankConfig", comm, nranks, &commId, rank, cfg)
+        init_rank_checked("ncclCommInitRankConfig", comm, nranks, &commId, rank, cfg, true)
     })
 }
 
-/// Creates a communicator (multi-process or multi-thread).
+/// Creates a communicator (multi-process or multi-thread). As in NCCL, outside a group it
+/// returns once the communicator exists, even when NCCL_COMM_BLOCKING=0.
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommInitRank(
     comm: *mut ncclComm_t,
@@ -53,12 +58,13 @@ pub extern "C" fn ncclCommInitRank(
     commId: ncclUniqueId,
     rank: c_int,
 ) -> ncclResult_t {
-    boundary("ncclCommInitRank", || {
-        init_rank_checked("ncclCommInitRank", comm, nranks, &commId, rank, CommConfig::default())
+    boundary_progress("ncclCommInitRank", || {
+        init_rank_checked("ncclCommInitRank", comm, nranks, &commId, rank, config::from_environment(), false)
     })
 }
 
-/// Creates `ndev` communicators in this process, one per rank (ranks are threads).
+/// Creates `ndev` communicators in this process, one per rank (ranks are threads). Returns
+/// once they exist, also when NCCL_COMM_BLOCKING=0 makes them non-blocking.
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t {
     boundary("ncclCommInitAll", || {
@@ -81,7 +87,7 @@ pub extern "C" fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *
             .enumerate()
             .map(|(rank, dev)| {
                 std::thread::Builder::new().name("ferroccl-init".into()).spawn(move || {
-                    let comm = Comm::init_rank(&id, n, rank, CommConfig::default(), dev)?;
+                    let comm = Comm::init_rank(&id, n, rank, config::from_environment(), dev, Interrupt::new())?;
                     if cuda_program {
                         prepare_device_kernels(crate::cuda::driver::primary_context(dev));
                     }
@@ -103,7 +109,7 @@ pub extern "C" fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *
 }
 
 /// Creates a communicator from several ids (NCCL spreads the rendezvous over them; ferroccl
-/// currently rendezvouses at the first).
+/// currently rendezvouses at the first). Non-blocking as ncclCommInitRankConfig.
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommInitRankScalable(
     newcomm: *mut ncclComm_t,
@@ -113,7 +119,7 @@ pub extern "C" fn ncclCommInitRankScalable(
     commIds: *mut ncclUniqueId,
     config: *mut ncclConfig_t,
 ) -> ncclResult_t {
-    boundary("ncclCommInitRankScalable", || {
+    boundary_progress("ncclCommInitRankScalable", || {
         non_null(commIds, "ncclCommInitRankScalable", "commIds")?;
         if nId < 1 || nId > nranks.max(1) {
             return Err(Error::invalid_argument(format!("ncclCommInitRankScalable: nId {nId} must be in 1..=nranks")));
@@ -122,17 +128,18 @@ pub extern "C" fn ncclCommInitRankScalable(
         let cfg = unsafe { parse_config(config) }?;
         // SAFETY: commIds holds nId ids; we read the first.
         let first = unsafe { commIds.read() };
-        init_rank_checked("ncclCommInitRankScalable", newcomm, nranks, &first, myrank, cfg)
+        init_rank_checked("ncclCommInitRankScalable", newcomm, nranks, &first, myrank, cfg, true)
     })
 }
 
-/// Reads and resolves an optional config.
+/// Reads and resolves an optional config (NULL: NCCL_CONFIG_INITIALIZER's, then the
+/// environment).
 ///
 /// # Safety
 /// `config` must be NULL or point to a caller-initialised ncclConfig_t.
 pub(crate) unsafe fn parse_config(config: *const ncclConfig_t) -> Result<CommConfig> {
     if config.is_null() {
-        return Ok(CommConfig::default());
+        return Ok(config::from_environment());
     }
     // SAFETY: forwarded from the caller.
     let raw = unsafe { config::read_config(config) }?;
@@ -140,6 +147,7 @@ pub(crate) unsafe fn parse_config(config: *const ncclConfig_t) -> Result<CommCon
     unsafe { config::resolve(&raw) }
 }
 
+/// `own_group`: NCCL wraps the call in a group of its own (all but ncclCommInitRank).
 fn init_rank_checked(
     function: &'static str,
     out: *mut ncclComm_t,
@@ -147,7 +155,8 @@ fn init_rank_checked(
     id: &ncclUniqueId,
     rank: c_int,
     cfg: CommConfig,
-) -> Result<()> {
+    own_group: bool,
+) -> Result<Progress> {
     non_null(out, function, "comm")?;
     if nranks < 1 {
         return Err(Error::invalid_argument(format!("{function}: nranks {nranks} must be at least 1")));
@@ -157,24 +166,31 @@ fn init_rank_checked(
     }
     let uid = UniqueId::decode(&id.to_bytes()).map_err(|e| e.context(function))?;
     crate::encryption::freeze();
-    // SAFETY: out is non-null and writable; NULL until the communicator exists.
-    unsafe { out.write(std::ptr::null_mut()) };
-    let out_addr = out as usize;
     let (nranks, rank) = (nranks as usize, rank as usize);
     // The device current at the call (cudaSetDevice before each init in a group), not on the
     // thread that later runs the deferred init.
     let device = current_device();
     let context = crate::cuda::driver::current_context();
-    group::init(Box::new(move || {
+    let req = Request { function, blocking: cfg.blocking, own_group, makes_comm: true, parent: None };
+    let make: Make = Box::new(move |interrupt| {
         if rank == 0 && uid.magic == bootstrap::id::COMM_ID_ENV_MAGIC {
             bootstrap::start_env_root(&uid)?;
         }
-        let comm = Comm::init_rank(&uid, nranks, rank, cfg, device)?;
+        let comm = Comm::init_rank(&uid, nranks, rank, cfg, device, interrupt)?;
         prepare_device_kernels(context);
-        // SAFETY: the caller keeps `out` valid until the call (or the enclosing group) ends.
-        unsafe { (out_addr as *mut ncclComm_t).write(comm::register_handle(comm)) };
-        Ok(())
-    }))
+        Ok(Some(comm))
+    });
+    creation::create(req, make, handle_writer(out))
+}
+
+/// Writes the caller's `*out` (now, or when a deferred creation ends).
+fn handle_writer(out: *mut ncclComm_t) -> impl Fn(ncclComm_t) + Send + 'static {
+    let out_addr = out as usize;
+    move |handle| {
+        // SAFETY: checked non-null by the caller; NCCL's contract keeps `out` valid until the
+        // call (or the enclosing group) ends, which is when deferred creations write it.
+        unsafe { (out_addr as *mut ncclComm_t).write(handle) }
+    }
 }
 
 /// In a CUDA program, builds and loads the reduction kernels at init, while no stream waits on
@@ -196,7 +212,9 @@ fn current_device() -> c_int {
     crate::cuda::driver::current_device().unwrap_or(0)
 }
 
-/// Waits until every rank reaches finalize; the communicator then only accepts Destroy.
+/// Marks the communicator finalized; it then only accepts Destroy. Host operations are
+/// complete when their calls return, so nothing is left to flush: ncclSuccess at once, also on
+/// a non-blocking communicator (NCCL allows ncclInProgress there; polling sees ncclSuccess).
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
     boundary("ncclCommFinalize", || {
@@ -207,14 +225,31 @@ pub extern "C" fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
     })
 }
 
-/// Frees the communicator's local resources.
+/// Frees the communicator's local resources. As NCCL, refused (ncclInvalidArgument) while a
+/// non-blocking init, split or shrink of it is in progress: poll first, or abort.
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
     boundary("ncclCommDestroy", || {
         if comm.is_null() {
             return Ok(()); // as NCCL: destroying NULL is a no-op
         }
-        let c = comm::unregister(comm, "ncclCommDestroy")?;
+        match comm::entry(comm, "ncclCommDestroy")? {
+            Entry::Creating(c) if !c.failed() => return Err(c.refusal("ncclCommDestroy", comm)),
+            Entry::Ready(c) if c.busy() => {
+                return Err(Error::invalid_argument(
+                    "ncclCommDestroy: a non-blocking split or shrink of this communicator is still in progress \
+                     (ncclCommGetAsyncError returns ncclInProgress)",
+                ))
+            }
+            _ => {}
+        }
+        let c = match comm::unregister(comm, "ncclCommDestroy")? {
+            Entry::Ready(c) => c,
+            Entry::Creating(_) => {
+                log::info!(target: "DESTROY", "comm {comm:p} (failed to initialise) - Destroy COMPLETE");
+                return Ok(());
+            }
+        };
         crate::coll::stream::drain_current_thread();
         // One coverage line per communicator, at teardown: data connections are made on
         // first use, so only then is the picture complete.
@@ -225,14 +260,23 @@ pub extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
     })
 }
 
-/// Frees the communicator at once, abandoning anything in flight.
+/// Frees the communicator at once, abandoning anything in flight. On a communicator whose
+/// non-blocking creation is still running, stops it (its waits poll the abort flag) and
+/// returns once it has stopped.
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
     boundary("ncclCommAbort", || {
         if comm.is_null() {
             return Ok(()); // as NCCL: aborting NULL is a no-op
         }
-        let c = comm::unregister(comm, "ncclCommAbort")?;
+        let c = match comm::unregister(comm, "ncclCommAbort")? {
+            Entry::Ready(c) => c,
+            Entry::Creating(creation) => {
+                creation.cancel();
+                log::info!(target: "DESTROY", "comm {comm:p} (creation stopped) - Abort COMPLETE");
+                return Ok(());
+            }
+        };
         // One coverage line per communicator, at teardown: data connections are made on
         // first use, so only then is the picture complete.
         Coverage::log(&c);
@@ -243,7 +287,10 @@ pub extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
     })
 }
 
-/// Splits a communicator by color, ordering the new ranks by key.
+/// Splits a communicator by color, ordering the new ranks by key. The parent's mode decides
+/// whether the call waits (as NCCL); the new communicator takes `config`, or the parent's.
+/// Non-blocking: returns ncclInProgress, `*newcomm` is valid at once (NULL for
+/// NCCL_SPLIT_NOCOLOR), and both it and the parent report ncclInProgress until done.
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommSplit(
     comm: ncclComm_t,
@@ -252,29 +299,44 @@ pub extern "C" fn ncclCommSplit(
     newcomm: *mut ncclComm_t,
     config: *mut ncclConfig_t,
 ) -> ncclResult_t {
-    boundary("ncclCommSplit", || {
+    boundary_progress("ncclCommSplit", || {
         let parent = comm::lookup(comm, "ncclCommSplit")?;
         non_null(newcomm, "ncclCommSplit", "newcomm")?;
-        let cfg = if config.is_null() {
-            parent.config.clone()
-        } else {
-            // SAFETY: config is a caller-initialised ncclConfig_t.
-            unsafe { parse_config(config) }?
+        if color < NCCL_SPLIT_NOCOLOR {
+            return Err(Error::invalid_argument(format!(
+                "ncclCommSplit: color {color} must be >= 0 or NCCL_SPLIT_NOCOLOR"
+            )));
+        }
+        parent.check_usable("ncclCommSplit")?;
+        let cfg = child_config(&parent, config)?;
+        let req = Request {
+            function: "ncclCommSplit",
+            blocking: parent.config.blocking,
+            own_group: true,
+            makes_comm: color != NCCL_SPLIT_NOCOLOR,
+            parent: Some(parent.clone()),
         };
-        // SAFETY: checked non-null.
-        unsafe { newcomm.write(std::ptr::null_mut()) };
-        let out_addr = newcomm as usize;
-        group::init(Box::new(move || {
-            let child = parent.split(color, key, cfg)?;
-            let handle = child.map_or(std::ptr::null_mut(), comm::register_handle);
-            // SAFETY: the caller keeps `newcomm` valid until the call (or group) ends.
-            unsafe { (out_addr as *mut ncclComm_t).write(handle) };
-            Ok(())
-        }))
+        let make: Make = Box::new(move |interrupt| parent.split(color, key, cfg, interrupt));
+        creation::create(req, make, handle_writer(newcomm))
     })
 }
 
-/// Not implemented yet: returns ncclInvalidUsage.
+/// The config of a split's or shrink's new communicator: `config`, else the parent's.
+fn child_config(parent: &Comm, config: *const ncclConfig_t) -> Result<CommConfig> {
+    if config.is_null() {
+        Ok(parent.config.clone())
+    } else {
+        // SAFETY: config is a caller-initialised ncclConfig_t.
+        unsafe { parse_config(config) }
+    }
+}
+
+/// Makes a communicator of the ranks not in `excludeRanksList`, renumbered in order; only
+/// those ranks call it (the excluded ones may have failed). NCCL_SHRINK_DEFAULT needs a
+/// healthy parent, which stays usable. NCCL_SHRINK_ABORT first aborts the parent: operations
+/// blocked on it in other threads return, its connections close, later operations on it
+/// fail; free it with ncclCommAbort or ncclCommDestroy. Bad arguments change nothing.
+/// Blocking or not as ncclCommSplit.
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommShrink(
     comm: ncclComm_t,
@@ -284,16 +346,54 @@ pub extern "C" fn ncclCommShrink(
     config: *mut ncclConfig_t,
     shrinkFlags: c_int,
 ) -> ncclResult_t {
-    let _ = (comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
-    boundary("ncclCommShrink", || Err(Error::not_implemented("ncclCommShrink")))
+    boundary_progress("ncclCommShrink", || {
+        let parent = comm::lookup(comm, "ncclCommShrink")?;
+        non_null(newcomm, "ncclCommShrink", "newcomm")?;
+        if excludeRanksCount > 0 {
+            non_null(excludeRanksList, "ncclCommShrink", "excludeRanksList")?;
+        }
+        if shrinkFlags & !NCCL_SHRINK_ABORT != 0 {
+            return Err(Error::invalid_argument(format!(
+                "ncclCommShrink: unknown shrinkFlags {shrinkFlags:#x} (NCCL_SHRINK_DEFAULT 0 or NCCL_SHRINK_ABORT 1)"
+            )));
+        }
+        let listed = match usize::try_from(excludeRanksCount) {
+            // SAFETY: checked non-null; the caller passes excludeRanksCount ranks (read, never
+            // reordered: NCCL sorts the caller's list in place, ferroccl leaves it alone).
+            Ok(n) if n > 0 => unsafe { std::slice::from_raw_parts(excludeRanksList, n) },
+            _ => &[],
+        };
+        let excluded = comm::shrink_exclusions(parent.nranks, parent.rank, listed)?;
+        let abort = shrinkFlags & NCCL_SHRINK_ABORT != 0;
+        if !abort {
+            parent.check_usable("ncclCommShrink")?;
+        }
+        let cfg = child_config(&parent, config)?;
+        if abort {
+            crate::coll::one_gpu::release_streams(&parent);
+            parent.abort();
+        }
+        let req = Request {
+            function: "ncclCommShrink",
+            blocking: parent.config.blocking,
+            own_group: true,
+            makes_comm: true,
+            parent: Some(parent.clone()),
+        };
+        let make: Make = Box::new(move |interrupt| parent.shrink(&excluded, cfg, interrupt).map(Some));
+        creation::create(req, make, handle_writer(newcomm))
+    })
 }
+
+/// ncclCommShrink flag: abort the parent's outstanding work first.
+const NCCL_SHRINK_ABORT: c_int = 1;
 
 /// ferroccl: creates a communicator spanning the MPI communicator whose Fortran handle is
 /// `fcomm` (`MPI_Comm_c2f(comm)` from C; the INTEGER handle or `comm%MPI_VAL` from Fortran).
 /// Collective over that communicator; needs no unique id. The MPI communicator is untouched.
 #[unsafe(no_mangle)]
 pub extern "C" fn ferrocclCommInitMpi(comm: *mut ncclComm_t, fcomm: c_int) -> ncclResult_t {
-    boundary("ferrocclCommInitMpi", || init_mpi(comm, fcomm, CommConfig::default()))
+    boundary("ferrocclCommInitMpi", || init_mpi(comm, fcomm, config::from_environment()))
 }
 
 /// ferroccl: as ferrocclCommInitMpi, with a configuration.
@@ -315,7 +415,7 @@ fn init_mpi(out: *mut ncclComm_t, fcomm: c_int, cfg: CommConfig) -> Result<()> {
     crate::encryption::freeze();
     let (rank, nranks, id) = bootstrap::mpi::exchange_id(fcomm, || Ok(bootstrap::create_unique_id()?.encode()))?;
     let uid = UniqueId::decode(&id)?;
-    let comm = Comm::init_rank(&uid, nranks, rank, cfg, current_device())?;
+    let comm = Comm::init_rank(&uid, nranks, rank, cfg, current_device(), Interrupt::new())?;
     prepare_device_kernels(crate::cuda::driver::current_context());
     // SAFETY: checked non-null.
     unsafe { out.write(comm::register_handle(comm)) };

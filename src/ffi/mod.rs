@@ -13,6 +13,7 @@ use std::ffi::{CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::error::{Error, Result};
+use crate::group::Progress;
 use crate::types::ncclResult_t;
 
 pub mod coll;
@@ -31,9 +32,16 @@ thread_local! {
 /// Runs an export's body: panics become `ncclInternalError`, errors are logged as NCCL WARN
 /// lines and kept for `ncclGetLastError`.
 pub(crate) fn boundary(function: &'static str, body: impl FnOnce() -> Result<()>) -> ncclResult_t {
+    boundary_progress(function, || body().map(|()| Progress::Complete))
+}
+
+/// [`boundary`] for calls that may leave work running: [`Progress::InProgress`] returns
+/// `ncclInProgress`, which is not an error (nothing is logged or kept).
+pub(crate) fn boundary_progress(function: &'static str, body: impl FnOnce() -> Result<Progress>) -> ncclResult_t {
     crate::debug::init();
     match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => ncclResult_t::ncclSuccess,
+        Ok(Ok(Progress::Complete)) => ncclResult_t::ncclSuccess,
+        Ok(Ok(Progress::InProgress)) => ncclResult_t::ncclInProgress,
         Ok(Err(e)) => {
             let code = e.code();
             record_error(function, &e.to_string());

@@ -37,15 +37,22 @@ pub extern "C" fn ncclGetLastError(comm: ncclComm_t) -> *const c_char {
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclResetDebugInit() {}
 
-/// The communicator's asynchronous error state (ncclSuccess while healthy).
+/// The communicator's asynchronous error state (ncclSuccess while healthy): ncclInProgress
+/// while a non-blocking init, split or shrink is still running, then its outcome.
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut ncclResult_t) -> ncclResult_t {
     boundary("ncclCommGetAsyncError", || {
-        let c = comm::lookup(comm, "ncclCommGetAsyncError")?;
+        let entry = comm::entry(comm, "ncclCommGetAsyncError")?;
         non_null(asyncError, "ncclCommGetAsyncError", "asyncError")?;
-        crate::coll::one_gpu::poll_async_error(&c);
+        let state = match entry {
+            comm::Entry::Ready(c) => {
+                crate::coll::one_gpu::poll_async_error(&c);
+                c.async_error()
+            }
+            comm::Entry::Creating(creation) => creation.status(),
+        };
         // SAFETY: checked non-null.
-        unsafe { asyncError.write(c.async_error()) };
+        unsafe { asyncError.write(state) };
         Ok(())
     })
 }

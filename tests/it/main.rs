@@ -9,5 +9,7 @@ mod errors;
 mod interrupts;
 mod layers;
 mod lifecycle;
+mod nonblocking;
 mod processes;
+mod shrink;
 mod tls;
