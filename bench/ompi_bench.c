@@ -1,22 +1,27 @@
 /*
- * ompi_bench: times MPI_Allreduce (float sum), MPI_Allgather and MPI_Bcast the way
- * ferroccl-bench (nccl-tests 2.19.6) times ncclAllReduce, ncclAllGather and ncclBroadcast, so
- * the two tables can be compared row by row.
+ * ompi_bench: times MPI_Allreduce (float sum), MPI_Allgather, MPI_Bcast and
+ * MPI_Reduce_scatter_block (float sum) the way ferroccl-bench (nccl-tests 2.19.6) times
+ * ncclAllReduce, ncclAllGather, ncclBroadcast and ncclReduceScatter, so the two tables can be
+ * compared row by row.
  *
  *   mpicc -O2 -o ompi_bench bench/ompi_bench.c
- *   mpirun -np 2 ompi_bench [-C all_reduce,all_gather,broadcast] [-b 8] [-e 256M] [-f 2]
+ *   mpirun -np 2 ompi_bench [-C all_reduce,all_gather,broadcast,reduce_scatter] [-b 8] [-e 256M] [-f 2]
  *          [-n 20] [-w 5] [--tier 64M:5:2 ...] [-a 1] [-c 1] [-J out.json]
  *
  * Same as nccl-tests / ferroccl-bench:
  *  - sizes from -b to -e, multiplied by -f (K/M/G suffixes are powers of 1024);
  *  - count = size / 4 floats; all_gather sends count/nranks per rank, rounded down to a
  *    multiple of 16 bytes, and its size column is the total received (count * nranks * 4);
+ *    reduce_scatter likewise receives count/nranks per rank, and its size column is the total
+ *    each rank sends;
  *  - time per call = wall clock of the timed loop / iterations, combined over ranks by -a
  *    (0 rank 0's, 1 mean, 2 minimum, 3 maximum; default 1 like nccl-tests);
- *  - algbw = bytes / time (all_gather: bytes received), busbw = algbw * 2(n-1)/n (all_reduce),
- *    (n-1)/n (all_gather), 1 (broadcast);
+ *  - algbw = bytes / time (all_gather: bytes received; reduce_scatter: bytes sent), busbw =
+ *    algbw * 2(n-1)/n (all_reduce), (n-1)/n (all_gather, reduce_scatter), 1 (broadcast);
  *  - out-of-place and in-place columns: MPI_Allreduce with MPI_IN_PLACE, MPI_Allgather with
- *    MPI_IN_PLACE (each rank's block already at recvbuf + rank * count).  MPI_Bcast has only one
+ *    MPI_IN_PLACE (each rank's block already at recvbuf + rank * count), MPI_Reduce_scatter_block
+ *    with MPI_IN_PLACE (the whole input in recvbuf, the result at its start; NCCL puts it at
+ *    recvbuf + rank * count, the same traffic).  MPI_Bcast has only one
  *    buffer, so broadcast is timed once and both columns carry that measurement.
  *
  * Different on purpose:
@@ -37,8 +42,8 @@
 #include <time.h>
 #include <unistd.h>
 
-enum coll { ALL_REDUCE, ALL_GATHER, BROADCAST, NCOLL };
-static const char *coll_name[NCOLL] = {"all_reduce", "all_gather", "broadcast"};
+enum coll { ALL_REDUCE, ALL_GATHER, BROADCAST, REDUCE_SCATTER, NCOLL };
+static const char *coll_name[NCOLL] = {"all_reduce", "all_gather", "broadcast", "reduce_scatter"};
 
 struct measure {
     double time_us, algbw, busbw;
@@ -70,7 +75,7 @@ static void usage(void) {
         fprintf(stderr,
                 "usage: ompi_bench [-C colls] [-b S] [-e S] [-f F] [-n N] [-w N] [--tier S:N:W ...]\n"
                 "                  [-a 0..3] [-c N] [-r root] [-J file]\n"
-                "  -C   comma-separated: all_reduce,all_gather,broadcast (default all)\n"
+                "  -C   comma-separated: all_reduce,all_gather,broadcast,reduce_scatter (default all)\n"
                 "  -b/-e smallest/largest size in bytes, K/M/G suffixes (default 8 / 256M)\n"
                 "  -f   size factor (default 2)\n"
                 "  -n/-w timed / warm-up iterations per size (default 20 / 5)\n"
@@ -199,6 +204,12 @@ static void counts(enum coll c, size_t size, size_t *param, size_t *send, size_t
         *param = per;
         *send = per;
         *recv = per * (size_t)nranks;
+    } else if (c == REDUCE_SCATTER) {
+        size_t per = (count / (size_t)nranks) & ~(size_t)(16 / sizeof(float) - 1);
+        *param = per;
+        *send = per * (size_t)nranks;
+        /* In place, recvbuf holds the whole input. */
+        *recv = per * (size_t)nranks;
     } else {
         *param = *send = *recv = count;
     }
@@ -220,7 +231,7 @@ static void schedule(size_t size, int *iters, int *warmup) {
 static void bandwidth(enum coll c, size_t param, double sec, double *algbw, double *busbw) {
     double n = nranks, bytes = (double)param * sizeof(float), base = bytes, factor = 1;
     if (c == ALL_REDUCE) factor = 2 * (n - 1) / n;
-    if (c == ALL_GATHER) { base = bytes * n; factor = (n - 1) / n; }
+    if (c == ALL_GATHER || c == REDUCE_SCATTER) { base = bytes * n; factor = (n - 1) / n; }
     *algbw = sec > 0 ? base / 1e9 / sec : 0;
     *busbw = *algbw * factor;
 }
@@ -243,6 +254,9 @@ static void call(enum coll c, size_t param, int in_place) {
     case BROADCAST:
         MPI_Bcast(recvbuf, cnt, MPI_FLOAT, opt_root, MPI_COMM_WORLD);
         break;
+    case REDUCE_SCATTER:
+        MPI_Reduce_scatter_block(in_place ? MPI_IN_PLACE : sendbuf, recvbuf, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        break;
     default:
         break;
     }
@@ -255,7 +269,7 @@ static float value(int r, size_t i, unsigned seed) {
 
 static void fill(enum coll c, size_t param, int in_place, unsigned seed) {
     float *src = sendbuf;
-    size_t n = param;
+    size_t n = (c == REDUCE_SCATTER) ? param * (size_t)nranks : param;
     if (in_place) src = (c == ALL_GATHER) ? recvbuf + (size_t)rank * param : recvbuf;
     if (c == BROADCAST) {
         src = recvbuf;
@@ -279,6 +293,12 @@ static long count_wrong(enum coll c, size_t param, unsigned seed) {
         for (int r = 0; r < nranks; r++)
             for (size_t i = 0; i < param; i++)
                 if (recvbuf[(size_t)r * param + i] != value(r, i, seed)) wrong++;
+    } else if (c == REDUCE_SCATTER) {
+        for (size_t i = 0; i < param; i++) {
+            float e = 0;
+            for (int r = 0; r < nranks; r++) e += value(r, (size_t)rank * param + i, seed);
+            if (recvbuf[i] != e) wrong++;
+        }
     } else {
         for (size_t i = 0; i < param; i++)
             if (recvbuf[i] != value(opt_root, i, seed)) wrong++;
@@ -433,7 +453,7 @@ int main(int argc, char **argv) {
             row->iters = iters;
             row->warmup = warmup;
             if (rank == 0) {
-                printf("%12zu  %12zu  %8s  %6s  %6d", bytes, param, "float", c == ALL_REDUCE ? "sum" : "none",
+                printf("%12zu  %12zu  %8s  %6s  %6d", bytes, param, "float", (c == ALL_REDUCE || c == REDUCE_SCATTER) ? "sum" : "none",
                        c == BROADCAST ? opt_root : -1);
                 fflush(stdout);
             }
@@ -485,7 +505,7 @@ int main(int argc, char **argv) {
                 struct row *r = &rows[i];
                 fprintf(f, "    {\"collective\": \"%s\", \"size\": %zu, \"count\": %zu, \"type\": \"float\", "
                            "\"redop\": \"%s\", \"root\": %d, \"iters\": %d, \"warmup_iters\": %d, \"oop\": ",
-                        coll_name[r->coll], r->size, r->count, r->coll == ALL_REDUCE ? "sum" : "none",
+                        coll_name[r->coll], r->size, r->count, (r->coll == ALL_REDUCE || r->coll == REDUCE_SCATTER) ? "sum" : "none",
                         r->coll == BROADCAST ? opt_root : -1, r->iters, r->warmup);
                 json_measure(f, &r->oop);
                 fprintf(f, ", \"ip\": ");

@@ -145,7 +145,8 @@ impl Comm {
         if all_local {
             let pids: Vec<u32> = peers.iter().map(|p| p.pid).collect();
             let wanted = crate::env::get_bool("FERROCCL_NODE_COLL");
-            if let Some(area) = NodeArea::establish(&mut bootstrap, magic, &pids, wanted)? {
+            let slot_bytes = crate::env::get_bytes("FERROCCL_NODE_SLOT_SIZE") as usize;
+            if let Some(area) = NodeArea::establish(&mut bootstrap, magic, &pids, wanted, slot_bytes)? {
                 links.set_node_area(area);
                 node_area = true;
             }

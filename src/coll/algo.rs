@@ -292,6 +292,9 @@ pub struct Tuning {
     /// Node all-reduces (all-gathers: per rank) of at most this many bytes go one-shot;
     /// `None`: chosen by rank count.
     pub node_one_shot_max: Option<usize>,
+    /// Node direct and pull operations pass a rank's buffers that its peers cannot map
+    /// through its slot up to this size (a rank's own choice, published to its peers).
+    pub node_stage_max: usize,
 }
 
 impl Default for Tuning {
@@ -301,6 +304,7 @@ impl Default for Tuning {
             tree_threshold: DEFAULT_TREE_THRESHOLD,
             selection: AlgoSelection::default(),
             node_one_shot_max: None,
+            node_stage_max: usize::MAX,
         }
     }
 }

@@ -236,10 +236,13 @@ fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Resul
             ),
             CollOp::AllGather => node::NodeColl::AllGather,
             CollOp::Broadcast { root } => node::NodeColl::Broadcast { root },
+            CollOp::ReduceScatter => node::NodeColl::ReduceScatter(
+                req.reduction.ok_or_else(|| Error::internal("reduce-scatter without an operator"))?,
+            ),
             _ => return Err(Error::internal(format!("no node algorithm for {}", req.op.name()))),
         };
         log::debug!(target: "COLL", "{} count {} datatype {} in_place {in_place} algorithm {}", req.op.name(), req.count, req.dtype, algo.name());
-        let node = node::NodeOp::new(coll, algo, bufs.send, bufs.recv, block);
+        let node = node::NodeOp::new(coll, algo, bufs.send, bufs.recv, block).with_stage_max(tuning.node_stage_max);
         return Ok(Work { plan: node_plan(algo), bufs, reduction: req.reduction, send_copy, node: Some(node) });
     }
     let choice = algo::choose(kind, args.total_bytes(n), n, tuning.tree_threshold, &tuning.selection);
@@ -266,6 +269,8 @@ fn node_algorithm(comm: &Comm, req: &OpRequest, bytes: usize, tuning: &algo::Tun
             node::NodeAlgo::for_size(bytes, comm.nranks, oversubscribed, tuning.node_one_shot_max)
         }
         CollOp::Broadcast { .. } if bytes >= node::BROADCAST_DIRECT_MIN => Some(node::NodeAlgo::Direct),
+        // Each rank reads its block of every input once: one round, where a ring takes n - 1.
+        CollOp::ReduceScatter => Some(node::NodeAlgo::Direct),
         _ => None,
     }
 }
@@ -279,7 +284,7 @@ fn node_plan(algo: node::NodeAlgo) -> Arc<plan::Plan> {
 }
 
 /// Algorithm tuning from the environment (NCCL_ALGO, FERROCCL_CHUNK_SIZE,
-/// FERROCCL_TREE_THRESHOLD, FERROCCL_NODE_ONESHOT_MAX), parsed once.
+/// FERROCCL_TREE_THRESHOLD, FERROCCL_NODE_ONESHOT_MAX, FERROCCL_NODE_STAGE_MAX), parsed once.
 fn tuning() -> Result<&'static algo::Tuning> {
     static TUNING: std::sync::OnceLock<std::result::Result<algo::Tuning, String>> = std::sync::OnceLock::new();
     let t = TUNING.get_or_init(|| {
@@ -292,6 +297,8 @@ fn tuning() -> Result<&'static algo::Tuning> {
             tree_threshold: crate::env::get_bytes("FERROCCL_TREE_THRESHOLD") as usize,
             selection,
             node_one_shot_max: crate::env::get_bytes_opt("FERROCCL_NODE_ONESHOT_MAX").map(|b| b as usize),
+            node_stage_max: crate::env::get_bytes_opt("FERROCCL_NODE_STAGE_MAX")
+                .map_or(node::STAGE_MAX, |b| b as usize),
         })
     });
     t.as_ref().map_err(|e| Error::invalid_usage(e.clone()))

@@ -43,6 +43,9 @@ pub fn one_shot_max(nranks: usize, oversubscribed: bool) -> usize {
 /// Broadcasts of at least this many bytes go through the node area (every rank copies the
 /// root's buffer); smaller ones take the tree, whose single hop per rank is as fast.
 pub const BROADCAST_DIRECT_MIN: usize = 32 << 10;
+/// Default for [`NodeOp::with_stage_max`]: buffers that peers cannot map go through the
+/// slots at every size (measured against kernel copies: bench/results/, issue 15).
+pub const STAGE_MAX: usize = usize::MAX;
 /// Bytes reduced at a time: the partial result and one input stay in cache.
 const PIECE: usize = 64 << 10;
 /// Out-of-place messages from this size on are written out with non-temporal stores: they do
@@ -87,7 +90,8 @@ impl NodeAlgo {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     Start,
-    /// One-shot: waiting until every rank is done with the slot this operation reuses.
+    /// Waiting until every rank is done with the slot this operation (one-shot) or round
+    /// (direct and pull through slots) reuses.
     WaitSlot,
     WaitArrived,
     /// Direct: waiting until every rank has written its slice everywhere.
@@ -105,6 +109,8 @@ pub enum NodeColl {
     Broadcast {
         root: usize,
     },
+    /// Every rank reduces its own block of all ranks' inputs into its receive buffer.
+    ReduceScatter(Reduction),
 }
 
 /// One collective in progress.
@@ -119,6 +125,14 @@ pub struct NodeOp {
     phase: Phase,
     /// One-shot through tiny slots: ranks whose input was seen posted.
     ready: usize,
+    /// Direct and pull: this rank's buffers that peers cannot map go through its slot when
+    /// they hold at most this many bytes (else peers use kernel copies).
+    stage_max: usize,
+    stage_send: bool,
+    stage_recv: bool,
+    /// Direct and pull: offset of the current round's piece, and the rounds' piece size.
+    off: usize,
+    piece: usize,
 }
 
 // SAFETY: carries the user's buffer addresses, valid until the operation completes (API
@@ -127,7 +141,28 @@ unsafe impl Send for NodeOp {}
 
 impl NodeOp {
     pub fn new(coll: NodeColl, algo: NodeAlgo, send: *const u8, recv: *mut u8, bytes: usize) -> NodeOp {
-        NodeOp { coll, algo, send, recv, bytes, seq: 0, phase: Phase::Start, ready: 0 }
+        NodeOp {
+            coll,
+            algo,
+            send,
+            recv,
+            bytes,
+            seq: 0,
+            phase: Phase::Start,
+            ready: 0,
+            stage_max: STAGE_MAX,
+            stage_send: false,
+            stage_recv: false,
+            off: 0,
+            piece: bytes,
+        }
+    }
+
+    /// Sets the largest buffer that goes through this rank's slot when peers cannot map it
+    /// (default [`STAGE_MAX`]).
+    pub fn with_stage_max(mut self, stage_max: usize) -> NodeOp {
+        self.stage_max = stage_max;
+        self
     }
 
     pub fn algo(&self) -> NodeAlgo {
@@ -160,15 +195,16 @@ impl NodeOp {
 
     /// Advances as far as possible without waiting; `true` when something moved.
     pub fn progress(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>) -> Result<bool> {
-        let before = self.phase;
+        let before = (self.phase, self.seq);
         match (self.coll, self.algo) {
             (NodeColl::AllReduce(red), NodeAlgo::OneShot) => self.one_shot(area, Some(red))?,
             (NodeColl::AllReduce(red), NodeAlgo::Direct) => self.direct(area, scratch, red)?,
             (NodeColl::AllGather, NodeAlgo::OneShot) => self.one_shot(area, None)?,
             (NodeColl::AllGather, NodeAlgo::Direct) => self.pull(area, None)?,
             (NodeColl::Broadcast { root }, _) => self.pull(area, Some(root))?,
+            (NodeColl::ReduceScatter(red), _) => self.reduce_scatter(area, scratch, red)?,
         }
-        Ok(self.phase != before)
+        Ok((self.phase, self.seq) != before)
     }
 
     /// Each rank puts its input in its slot and folds everybody's slots. Inputs of up to
@@ -182,7 +218,7 @@ impl NodeOp {
             if tiny {
                 area.tiny_data(r, seq)
             } else {
-                area.small_slot(r, seq)
+                area.slot(r, seq)
             }
         };
         if self.phase == Phase::Start {
@@ -248,151 +284,390 @@ impl NodeOp {
         Ok(())
     }
 
+    /// Publishes this rank's buffers for a direct or pull operation, choosing which travel
+    /// through its slot: those its peers cannot map (private memory of a process, while
+    /// some peer is another process) of at most `stage_max` bytes. Peers then read and
+    /// write the slot with plain loads and stores instead of a system call per piece and
+    /// peer, in rounds of a slot's size.
+    fn publish_direct(&mut self, area: &mut NodeArea, send_len: usize, recv_len: usize, pre: Option<[u8; 8]>) {
+        let stage = |d: &BufDesc, len: usize| {
+            len > 0 && len <= self.stage_max && d.shared.is_none() && !area.peers_share_address_space()
+        };
+        let mut send = BufDesc::of(self.send, send_len);
+        let mut recv = BufDesc::of(self.recv, recv_len);
+        send.staged = stage(&send, send_len);
+        recv.staged = stage(&recv, recv_len);
+        self.stage_send = send.staged;
+        self.stage_recv = recv.staged;
+        area.publish(send, recv, pre);
+        self.off = 0;
+        // Our own first piece; fixed for all ranks once every rank has published.
+        self.piece = if send.staged || recv.staged { self.staged_piece(area) } else { self.bytes };
+    }
+
+    /// Bytes per round (of the message; of each block for a reduce-scatter, whose slot holds
+    /// one piece of every block) when buffers go through slots.
+    fn staged_piece(&self, area: &NodeArea) -> usize {
+        match self.coll {
+            NodeColl::ReduceScatter(_) => (area.slot_bytes() / area.nranks() / 64 * 64).max(64),
+            _ => area.slot_bytes(),
+        }
+    }
+
+    /// Phase WaitSlot of a round: once the slot of this round's parity is free, copies this
+    /// rank's piece of its input into it (when staged) and announces the round.
+    fn enter_round(&mut self, area: &mut NodeArea) -> Result<bool> {
+        let staging = self.stage_send || self.stage_recv;
+        // The slot of this parity last served operation seq - 2.
+        if staging && !area.all_reached(Counter::Left, self.seq.saturating_sub(2))? {
+            return Ok(false);
+        }
+        if self.stage_send {
+            let len = self.piece.min(self.bytes - self.off);
+            let slot = area.slot(area.rank(), self.seq);
+            // A reduce-scatter's input is n blocks: this round's piece of each, side by side.
+            let blocks = match self.coll {
+                NodeColl::ReduceScatter(_) => area.nranks(),
+                _ => 1,
+            };
+            for q in 0..blocks {
+                // SAFETY: our own slot (slot_bytes >= blocks * piece >= (q + 1) * len), free
+                // (above) and read by no rank until we mark Arrived; the send buffer holds
+                // blocks * bytes bytes, of which this reads block q's [off, off + len); it is
+                // not shared memory, so it cannot overlap the slot.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(self.send.add(q * self.bytes + self.off), slot.add(q * len), len)
+                };
+            }
+        }
+        area.mark(Counter::Arrived, self.seq);
+        self.phase = Phase::WaitArrived;
+        Ok(true)
+    }
+
+    /// After the first round's arrivals every rank has published: rounds are a slot's size
+    /// if any of `ranks` stages a buffer, else one round takes the whole message.
+    fn fix_piece(&mut self, area: &NodeArea, ranks: impl Iterator<Item = usize> + Clone) {
+        if self.off == 0 {
+            let staged = ranks.clone().any(|r| area.peer_staged(r, 0) || area.peer_staged(r, 1));
+            self.piece = if staged { self.staged_piece(area) } else { self.bytes };
+        }
+    }
+
+    /// Where this round reads (`which == 0`) or writes rank r's data: its slot when staged,
+    /// else its buffer at this round's offset.
+    fn round_buf(&self, area: &mut NodeArea, r: usize, which: usize) -> PeerBuf {
+        if area.peer_staged(r, which) {
+            return PeerBuf::Direct(area.slot(r, self.seq));
+        }
+        match area.peer_buf(r, which, self.bytes) {
+            // SAFETY (pointer arithmetic only): off < bytes, inside rank r's buffer.
+            PeerBuf::Direct(p) => PeerBuf::Direct(p.wrapping_add(self.off)),
+            PeerBuf::Remote { pid, addr } => PeerBuf::Remote { pid, addr: addr + self.off as u64 },
+        }
+    }
+
     fn direct(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>, red: Reduction) -> Result<()> {
         let (me, n) = (area.rank(), area.nranks());
+        if self.phase == Phase::Done {
+            return Ok(());
+        }
         if self.phase == Phase::Start {
             self.seq = area.next_seq();
             let pre = match red.pre {
                 Pre::Mul(s) => Some(s),
                 Pre::None => None,
             };
-            area.publish(BufDesc::of(self.send, self.bytes), BufDesc::of(self.recv, self.bytes), pre);
-            area.mark(Counter::Arrived, self.seq);
-            self.phase = Phase::WaitArrived;
+            self.publish_direct(area, self.bytes, self.bytes, pre);
+            self.phase = Phase::WaitSlot;
         }
-        if self.phase == Phase::WaitArrived {
-            if !area.all_reached(Counter::Arrived, self.seq)? {
+        loop {
+            if self.phase == Phase::WaitSlot && !self.enter_round(area)? {
                 return Ok(());
             }
-            let inputs: Vec<PeerBuf> = (0..n).map(|r| area.peer_buf(r, 0, self.bytes)).collect();
-            let outputs: Vec<PeerBuf> = (0..n).map(|r| area.peer_buf(r, 1, self.bytes)).collect();
-            let streaming: Vec<bool> = (0..n).map(|r| self.bytes >= STREAM_MIN && !area.peer_in_place(r)).collect();
-            // Each input is scaled by its own rank's PreMulSum scalar.
-            let reductions: Vec<Reduction> =
-                (0..n).map(|r| Reduction { pre: area.peer_pre_scalar(r).map_or(Pre::None, Pre::Mul), ..red }).collect();
-            let (lo, hi) = slice_of(self.bytes, red.dtype.size(), me, n);
-            // Sized to the slice: the executor hands over a cleared buffer each operation,
-            // and zeroing a whole piece per small message costs more than the reduction.
-            let words = PIECE.min(hi - lo).div_ceil(8);
-            let staged = inputs.iter().any(|i| matches!(i, PeerBuf::Remote { .. }));
-            scratch.resize(words * (1 + usize::from(staged)), 0);
-            let (acc_words, in_words) = scratch.split_at_mut(words);
-            let acc_all = as_bytes_mut(acc_words);
-            let staged_all = as_bytes_mut(in_words);
-            let mut off = lo;
-            while off < hi {
-                let len = PIECE.min(hi - off);
-                let acc = &mut acc_all[..len];
-                // The first two inputs combine in one pass when both are in reach and the
-                // first has no scalar: acc = in0 (op) pre1(in1), the same operands in the
-                // same order as folding them one by one, without first copying in0.
-                let mut first = 0;
-                if let (Some(&PeerBuf::Direct(p0)), Some(&PeerBuf::Direct(p1))) = (inputs.first(), inputs.get(1)) {
-                    if !reductions[0].has_pre() {
-                        // SAFETY: as for every input below.
-                        let (a, b) = unsafe {
-                            (std::slice::from_raw_parts(p0.add(off), len), std::slice::from_raw_parts(p1.add(off), len))
-                        };
-                        reductions[1].combine(acc, a, b)?;
-                        first = 2;
-                    }
+            if self.phase == Phase::WaitArrived {
+                if !area.all_reached(Counter::Arrived, self.seq)? {
+                    return Ok(());
                 }
-                for (r, input) in inputs.iter().enumerate().skip(first) {
-                    let piece: &[u8] = match *input {
-                        // SAFETY: rank r's send buffer (or ours) is live and unwritten until every
-                        // rank marks Left; off + len <= bytes.
-                        PeerBuf::Direct(p) => unsafe { std::slice::from_raw_parts(p.add(off), len) },
-                        PeerBuf::Remote { pid, addr } => {
-                            peer_mem::read_remote(pid, addr + off as u64, &mut staged_all[..len])?;
-                            &staged_all[..len]
-                        }
-                    };
-                    fold(&reductions[r], acc, piece, r == 0)?;
-                }
-                red.finalize(acc)?;
-                // Write the result into every rank's receive buffer, starting with the next
-                // rank so that not every rank writes to rank 0 first.
-                for k in 0..n {
-                    let r = (me + k) % n;
-                    match outputs[r] {
-                        // SAFETY: slice [lo, hi) of every receive buffer is written by this
-                        // rank only, and read by nobody until all ranks mark Left. In place,
-                        // it is also rank r's input for this slice, which only this rank
-                        // reads, and it already did (for this piece) above.
-                        PeerBuf::Direct(p) => unsafe { copy_out(acc, p.add(off), streaming[r]) },
-                        PeerBuf::Remote { pid, addr } => write_remote(pid, addr + off as u64, acc)?,
-                    }
-                }
-                off += len;
+                self.fix_piece(area, 0..n);
+                self.reduce_round(area, scratch, red)?;
+                // Non-temporal stores are not ordered by the Release below: fence them first.
+                store_fence();
+                area.mark(Counter::Left, self.seq);
+                self.phase = Phase::WaitLeft;
             }
-            // Non-temporal stores are not ordered by the Release below: fence them first.
-            store_fence();
-            area.mark(Counter::Left, self.seq);
-            self.phase = Phase::WaitLeft;
+            // Others still write into our receive buffer (or slot) and read our send buffer
+            // (or slot) until then.
+            if !area.all_reached(Counter::Left, self.seq)? {
+                return Ok(());
+            }
+            let len = self.piece.min(self.bytes - self.off);
+            if self.stage_recv {
+                // SAFETY: our slot holds this round's result (every rank wrote its slice and
+                // marked Left); the receive buffer holds `bytes` >= off + len bytes and is
+                // private memory, so it cannot overlap the slot.
+                unsafe { std::ptr::copy_nonoverlapping(area.slot(me, self.seq), self.recv.add(self.off), len) };
+            }
+            self.off += len;
+            if self.off >= self.bytes {
+                self.phase = Phase::Done;
+                return Ok(());
+            }
+            self.seq = area.next_seq();
+            self.phase = Phase::WaitSlot;
         }
-        // Others still write into our receive buffer and read our send buffer until then.
-        self.wait_left(area)
+    }
+
+    /// One round of the direct all-reduce: this rank reduces its slice of the round's piece
+    /// of all inputs (in rank order) and writes it into every rank's output.
+    fn reduce_round(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>, red: Reduction) -> Result<()> {
+        let (me, n) = (area.rank(), area.nranks());
+        let round_len = self.piece.min(self.bytes - self.off);
+        let inputs: Vec<PeerBuf> = (0..n).map(|r| self.round_buf(area, r, 0)).collect();
+        let outputs: Vec<PeerBuf> = (0..n).map(|r| self.round_buf(area, r, 1)).collect();
+        let streaming: Vec<bool> =
+            (0..n).map(|r| self.bytes >= STREAM_MIN && !area.peer_in_place(r) && !area.peer_staged(r, 1)).collect();
+        // Each input is scaled by its own rank's PreMulSum scalar.
+        let reductions: Vec<Reduction> =
+            (0..n).map(|r| Reduction { pre: area.peer_pre_scalar(r).map_or(Pre::None, Pre::Mul), ..red }).collect();
+        let (lo, hi) = slice_of(round_len, red.dtype.size(), me, n);
+        // Sized to the slice: the executor hands over a cleared buffer each operation,
+        // and zeroing a whole piece per small message costs more than the reduction.
+        let words = PIECE.min(hi - lo).div_ceil(8);
+        let remote = inputs.iter().any(|i| matches!(i, PeerBuf::Remote { .. }));
+        scratch.resize(words * (1 + usize::from(remote)), 0);
+        let (acc_words, in_words) = scratch.split_at_mut(words);
+        let acc_all = as_bytes_mut(acc_words);
+        let staged_all = as_bytes_mut(in_words);
+        let mut off = lo;
+        while off < hi {
+            let len = PIECE.min(hi - off);
+            let acc = &mut acc_all[..len];
+            // The first two inputs combine in one pass when both are in reach and the
+            // first has no scalar: acc = in0 (op) pre1(in1), the same operands in the
+            // same order as folding them one by one, without first copying in0.
+            let mut first = 0;
+            if let (Some(&PeerBuf::Direct(p0)), Some(&PeerBuf::Direct(p1))) = (inputs.first(), inputs.get(1)) {
+                if !reductions[0].has_pre() {
+                    // SAFETY: as for every input below.
+                    let (a, b) = unsafe {
+                        (std::slice::from_raw_parts(p0.add(off), len), std::slice::from_raw_parts(p1.add(off), len))
+                    };
+                    reductions[1].combine(acc, a, b)?;
+                    first = 2;
+                }
+            }
+            for (r, input) in inputs.iter().enumerate().skip(first) {
+                let piece: &[u8] = match *input {
+                    // SAFETY: rank r's send buffer (or ours, or rank r's slot) holds this
+                    // round's input from the round's start on (off + len <= round_len), and
+                    // nobody writes this slice of it before this rank does below.
+                    PeerBuf::Direct(p) => unsafe { std::slice::from_raw_parts(p.add(off), len) },
+                    PeerBuf::Remote { pid, addr } => {
+                        peer_mem::read_remote(pid, addr + off as u64, &mut staged_all[..len])?;
+                        &staged_all[..len]
+                    }
+                };
+                fold(&reductions[r], acc, piece, r == 0)?;
+            }
+            red.finalize(acc)?;
+            // Write the result into every rank's output, starting with the next rank so
+            // that not every rank writes to rank 0 first.
+            for k in 0..n {
+                let r = (me + k) % n;
+                match outputs[r] {
+                    // SAFETY: slice [lo, hi) of every output (receive buffer or slot) is written
+                    // by this rank only, and read by nobody until all ranks mark Left. In place
+                    // (or a staged rank's slot), it is also rank r's input for this slice,
+                    // which only this rank reads, and it already did (for this piece) above.
+                    PeerBuf::Direct(p) => unsafe { copy_out(acc, p.add(off), streaming[r]) },
+                    PeerBuf::Remote { pid, addr } => write_remote(pid, addr + off as u64, acc)?,
+                }
+            }
+            off += len;
+        }
+        Ok(())
+    }
+
+    /// Reduce-scatter: rank r reduces block r of every rank's input (in rank order) straight
+    /// into its receive buffer, reading each input byte once. Inputs that peers cannot map
+    /// go through their owners' slots, a piece of every block per round.
+    fn reduce_scatter(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>, red: Reduction) -> Result<()> {
+        let (me, n) = (area.rank(), area.nranks());
+        if self.phase == Phase::Done {
+            return Ok(());
+        }
+        if self.phase == Phase::Start {
+            self.seq = area.next_seq();
+            let pre = match red.pre {
+                Pre::Mul(s) => Some(s),
+                Pre::None => None,
+            };
+            // Only its owner writes a receive buffer: never staged.
+            self.publish_direct(area, n * self.bytes, 0, pre);
+            self.phase = Phase::WaitSlot;
+        }
+        loop {
+            if self.phase == Phase::WaitSlot && !self.enter_round(area)? {
+                return Ok(());
+            }
+            if self.phase == Phase::WaitArrived {
+                if !area.all_reached(Counter::Arrived, self.seq)? {
+                    return Ok(());
+                }
+                self.fix_piece(area, 0..n);
+                let len = self.piece.min(self.bytes - self.off);
+                let inputs: Vec<PeerBuf> = (0..n)
+                    .map(|r| {
+                        if area.peer_staged(r, 0) {
+                            // SAFETY (pointer arithmetic only): piece me of n in rank r's slot.
+                            return PeerBuf::Direct(area.slot(r, self.seq).wrapping_add(me * len));
+                        }
+                        let at = me * self.bytes + self.off;
+                        match area.peer_buf(r, 0, n * self.bytes) {
+                            PeerBuf::Direct(p) => PeerBuf::Direct(p.wrapping_add(at)),
+                            PeerBuf::Remote { pid, addr } => PeerBuf::Remote { pid, addr: addr + at as u64 },
+                        }
+                    })
+                    .collect();
+                let reductions: Vec<Reduction> = (0..n)
+                    .map(|r| Reduction { pre: area.peer_pre_scalar(r).map_or(Pre::None, Pre::Mul), ..red })
+                    .collect();
+                let words = PIECE.min(len).div_ceil(8);
+                let remote = inputs.iter().any(|i| matches!(i, PeerBuf::Remote { .. }));
+                scratch.resize(words * (1 + usize::from(remote)), 0);
+                let (acc_words, in_words) = scratch.split_at_mut(words);
+                let (acc_all, staged_all) = (as_bytes_mut(acc_words), as_bytes_mut(in_words));
+                let mut off = 0;
+                while off < len {
+                    let step = PIECE.min(len - off);
+                    let acc = &mut acc_all[..step];
+                    for (r, input) in inputs.iter().enumerate() {
+                        let piece: &[u8] = match *input {
+                            // SAFETY: rank r's input (buffer or slot) holds this round's piece of
+                            // our block and is not rewritten until every rank marks Left.
+                            PeerBuf::Direct(p) => unsafe { std::slice::from_raw_parts(p.add(off), step) },
+                            PeerBuf::Remote { pid, addr } => {
+                                peer_mem::read_remote(pid, addr + off as u64, &mut staged_all[..step])?;
+                                &staged_all[..step]
+                            }
+                        };
+                        fold(&reductions[r], acc, piece, r == 0)?;
+                    }
+                    red.finalize(acc)?;
+                    // SAFETY: our receive buffer holds `bytes` >= self.off + off + step bytes;
+                    // in place it is our own input block, which only this rank reads, and it
+                    // already did (for this piece) above.
+                    unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), self.recv.add(self.off + off), step) };
+                    off += step;
+                }
+                area.mark(Counter::Left, self.seq);
+                self.off += len;
+                if self.off < self.bytes {
+                    self.seq = area.next_seq();
+                    self.phase = Phase::WaitSlot;
+                    continue;
+                }
+                self.phase = Phase::WaitLeft;
+            }
+            // Peers read our input until then.
+            return self.wait_left(area);
+        }
     }
 
     /// All-gather (`root` None) and broadcast: each rank copies what it needs from its peers'
-    /// send buffers straight into its own receive buffer (one copy per byte, reading lines
-    /// that stay clean and writing only local ones). A rank's send buffer is read until every
-    /// reader marks Left; a broadcast's non-root ranks lend nothing, so they finish as soon
-    /// as their copy is done.
+    /// send buffers (or, for buffers they cannot map, the owners' slots, in rounds of a slot's
+    /// size) straight into its own receive buffer (one copy per byte, reading lines that stay
+    /// clean and writing only local ones). A rank's send buffer is read until every reader
+    /// marks Left; a broadcast's non-root ranks lend nothing, so they finish as soon as their
+    /// copy is done.
     fn pull(&mut self, area: &mut NodeArea, root: Option<usize>) -> Result<()> {
         let (me, n) = (area.rank(), area.nranks());
         let block = self.bytes;
-        let out_len = if root.is_some() { block } else { n * block };
+        if self.phase == Phase::Done {
+            return Ok(());
+        }
         if self.phase == Phase::Start {
             self.seq = area.next_seq();
             let send_len = if root.is_none_or(|r| r == me) { block } else { 0 };
-            area.publish(BufDesc::of(self.send, send_len), BufDesc::of(self.recv, out_len), None);
-            area.mark(Counter::Arrived, self.seq);
-            self.phase = Phase::WaitArrived;
+            // The receive buffer is only ever written by its owner: never staged.
+            self.publish_direct(area, send_len, 0, None);
+            self.phase = Phase::WaitSlot;
         }
-        if self.phase == Phase::WaitArrived {
-            // Only the ranks read from need to have published.
-            let published = match root {
-                None => area.all_reached(Counter::Arrived, self.seq)?,
-                Some(r) => area.reached(r, Counter::Arrived, self.seq)?,
-            };
-            if !published {
+        loop {
+            if self.phase == Phase::WaitSlot && !self.enter_round(area)? {
                 return Ok(());
             }
-            // All-gather: every rank, starting after this one so that not all read rank 0 first.
-            let sources = if root.is_some() { 1 } else { n };
-            for k in 1..=sources {
-                let r = root.unwrap_or((me + k) % n);
-                let at = if root.is_some() { 0 } else { r * block };
-                // SAFETY: the caller's receive buffer, ours alone until the operation completes
-                // (out_len bytes); `at + block <= out_len`.
-                let dst = unsafe { self.recv.add(at) };
-                if r == me {
-                    // In place (all-gather input already at its place, broadcast root with
-                    // send == recv): nothing to move.
-                    if !std::ptr::eq(self.send, dst) {
-                        // SAFETY: our send buffer holds `block` bytes; NCCL's in-place rule
-                        // means it either is this block of the output or does not overlap it.
-                        unsafe { std::ptr::copy(self.send, dst, block) };
-                    }
+            if self.phase == Phase::WaitArrived {
+                // Only the ranks read from need to have published.
+                let published = match root {
+                    None => area.all_reached(Counter::Arrived, self.seq)?,
+                    Some(r) => area.reached(r, Counter::Arrived, self.seq)?,
+                };
+                if !published {
+                    return Ok(());
+                }
+                match root {
+                    None => self.fix_piece(area, 0..n),
+                    Some(r) => self.fix_piece(area, r..r + 1),
+                }
+                self.copy_round(area, root)?;
+                area.mark(Counter::Left, self.seq);
+                self.off += self.piece.min(block - self.off);
+                if self.off < block {
+                    self.seq = area.next_seq();
+                    self.phase = Phase::WaitSlot;
                     continue;
                 }
-                match area.peer_buf(r, 0, block) {
-                    // SAFETY: rank r's send buffer is live and unwritten until every reader
-                    // marks Left; it cannot overlap our receive buffer (another rank's memory).
-                    PeerBuf::Direct(p) => unsafe { std::ptr::copy_nonoverlapping(p, dst, block) },
-                    PeerBuf::Remote { pid, addr } => {
-                        // SAFETY: as above; the slice is our own receive block.
-                        let out = unsafe { std::slice::from_raw_parts_mut(dst, block) };
-                        peer_mem::read_remote(pid, addr, out)?;
-                    }
+                // A sender waits for its readers even when its input went through its slot:
+                // they read its descriptor (flags) until they are done, and its next
+                // operation would overwrite it.
+                let sends = root.is_none_or(|r| r == me);
+                self.phase = if sends { Phase::WaitLeft } else { Phase::Done };
+            }
+            // Peers read our send buffer until then.
+            return self.wait_left(area);
+        }
+    }
+
+    /// One round of a pull: this round's piece of every source's block into our output.
+    fn copy_round(&mut self, area: &mut NodeArea, root: Option<usize>) -> Result<()> {
+        let (me, n) = (area.rank(), area.nranks());
+        let block = self.bytes;
+        let len = self.piece.min(block - self.off);
+        // All-gather: every rank, starting after this one so that not all read rank 0 first.
+        let sources = if root.is_some() { 1 } else { n };
+        for k in 1..=sources {
+            let r = root.unwrap_or((me + k) % n);
+            let at = if root.is_some() { 0 } else { r * block };
+            // SAFETY: the caller's receive buffer, ours alone until the operation completes
+            // (block, or n blocks for an all-gather); `at + off + len` stays inside it.
+            let dst = unsafe { self.recv.add(at + self.off) };
+            if r == me {
+                // In place (all-gather input already at its place, broadcast root with
+                // send == recv): nothing to move.
+                // SAFETY: our send buffer holds `block` >= off + len bytes.
+                let src = unsafe { self.send.add(self.off) };
+                if !std::ptr::eq(src, dst) {
+                    // SAFETY: NCCL's in-place rule means our send buffer either is this block
+                    // of the output or does not overlap it.
+                    unsafe { std::ptr::copy(src, dst, len) };
+                }
+                continue;
+            }
+            match self.round_buf(area, r, 0) {
+                // SAFETY: rank r's send buffer (or slot) holds this round's piece and is not
+                // rewritten until every reader marks Left; it cannot overlap our receive
+                // buffer (another rank's memory, or the shared area).
+                PeerBuf::Direct(p) => unsafe { std::ptr::copy_nonoverlapping(p, dst, len) },
+                PeerBuf::Remote { pid, addr } => {
+                    // SAFETY: as above; the slice is our own receive block.
+                    let out = unsafe { std::slice::from_raw_parts_mut(dst, len) };
+                    peer_mem::read_remote(pid, addr, out)?;
                 }
             }
-            area.mark(Counter::Left, self.seq);
-            self.phase = if root.is_some_and(|r| r != me) { Phase::Done } else { Phase::WaitLeft };
         }
-        // Peers read our send buffer until then.
-        self.wait_left(area)
+        Ok(())
     }
 
     /// Phase WaitLeft: done once every rank has marked Left for this operation.
@@ -578,20 +853,38 @@ mod tests {
 
     /// Three ranks (threads) run one stream of node collectives through every path: tiny
     /// and small-slot one-shot and direct all-reduces (each rank scaling its input by its own
-    /// PreMulSum scalar), all-gathers and broadcasts from every root, in and out of place,
-    /// interleaved so that each kind follows each other. Integer results are exact whatever
-    /// the order of the terms.
+    /// PreMulSum scalar), all-gathers, broadcasts from every root, in and out of place,
+    /// and reduce-scatters (PreMulSum), interleaved so that each kind follows each other.
+    /// Integer results are exact whatever the order of the terms.
     #[test]
     fn mixed_stream_of_node_collectives_is_exact() {
-        use crate::transport::node_area::areas_for_threads;
+        mixed_stream(crate::transport::node_area::areas_for_threads(3), |_| STAGE_MAX);
+    }
+
+    /// The same stream with buffers that peers cannot map (ranks as if in separate
+    /// processes), through the smallest slots (many rounds per message): rank 0 never stages
+    /// (peers read its memory in place, as they would ncclMemAlloc memory), rank 1 stages up
+    /// to 4 KiB, rank 2 at every size, so every operation mixes staged and direct ranks.
+    #[test]
+    fn mixed_stream_through_slots_is_exact() {
+        use crate::transport::node_area::{areas_for_threads_with, SMALL_BYTES};
+        let areas = areas_for_threads_with(3, SMALL_BYTES, true);
+        mixed_stream(areas, |r| [0, 4096, STAGE_MAX][r]);
+
+        // Every rank staged, one slot a multiple of the pieces and one not.
+        for slot in [SMALL_BYTES, 5 * 4096] {
+            mixed_stream(areas_for_threads_with(3, slot, true), |_| STAGE_MAX);
+        }
+    }
+
+    fn mixed_stream(areas: Vec<NodeArea>, stage_max: fn(usize) -> usize) {
         use crate::types::DataType;
-        let n = 3;
+        let n = areas.len();
         // Elements (i64): tiny (<= 7), small slots, direct (several 64 KiB pieces per rank).
         let sizes = [1usize, 7, 8, 100, 2048, 1, 70_000, 5, 300_000, 2, 3, 5000, 1];
         let input_of = |r: usize, k: usize, count: usize| -> Vec<i64> {
             (0..count).map(|i| (i as i64 % 1000) * (r as i64 + 1) + k as i64).collect()
         };
-        let areas = areas_for_threads(n);
         let threads: Vec<_> = areas
             .into_iter()
             .enumerate()
@@ -604,7 +897,7 @@ mod tests {
                             let bytes = count * 8;
                             let input = input_of(me, k, count);
                             let in_place = k % 2 == 1;
-                            let (coll, algo, mut out, want): (NodeColl, NodeAlgo, Vec<i64>, Vec<i64>) = match k % 3 {
+                            let (coll, algo, mut out, want): (NodeColl, NodeAlgo, Vec<i64>, Vec<i64>) = match k % 4 {
                                 0 => {
                                     let scalar = (me as i64 + 2).to_ne_bytes();
                                     let red = Reduction::pre_mul_sum(DataType::Int64, &scalar).unwrap();
@@ -624,23 +917,40 @@ mod tests {
                                     let algo = NodeAlgo::for_size(bytes, n, false, None).unwrap();
                                     (NodeColl::AllGather, algo, out, want)
                                 }
-                                _ => {
+                                2 => {
                                     let root = k % n;
                                     let out = if in_place && me == root { input.clone() } else { vec![-1; count] };
                                     (NodeColl::Broadcast { root }, NodeAlgo::Direct, out, input_of(root, k, count))
                                 }
+                                _ => {
+                                    // Each rank's input is n blocks; its result is the sum of block
+                                    // `me` of every input, scaled by the inputs' scalars.
+                                    let scalar = (me as i64 + 3).to_ne_bytes();
+                                    let red = Reduction::pre_mul_sum(DataType::Int64, &scalar).unwrap();
+                                    let all: Vec<Vec<i64>> = (0..n).map(|r| input_of(r, k, n * count)).collect();
+                                    let want = (0..count)
+                                        .map(|i| (0..n).map(|r| (r as i64 + 3) * all[r][me * count + i]).sum())
+                                        .collect();
+                                    let out = if in_place { input_of(me, k, n * count) } else { vec![-1; count] };
+                                    (NodeColl::ReduceScatter(red), NodeAlgo::Direct, out, want)
+                                }
                             };
+                            let rs_input = input_of(me, k, n * count);
                             let send = match coll {
                                 NodeColl::AllGather if in_place => out[me * count..].as_ptr(),
-                                NodeColl::AllReduce(_) | NodeColl::Broadcast { .. } if in_place => out.as_ptr(),
+                                NodeColl::AllReduce(_) | NodeColl::Broadcast { .. } | NodeColl::ReduceScatter(_) if in_place => out.as_ptr(),
+                                NodeColl::ReduceScatter(_) => rs_input.as_ptr(),
                                 _ => input.as_ptr(),
                             } as *const u8;
-                            let mut op = NodeOp::new(coll, algo, send, out.as_mut_ptr() as *mut u8, bytes);
+                            // In-place reduce-scatter: the result is block `me` of the input.
+                            let at = if matches!(coll, NodeColl::ReduceScatter(_)) && in_place { me * count } else { 0 };
+                            let recv = out[at..].as_mut_ptr() as *mut u8;
+                            let mut op = NodeOp::new(coll, algo, send, recv, bytes).with_stage_max(stage_max(me));
                             while !op.is_done() {
                                 op.progress(&mut area, &mut scratch).unwrap();
                             }
-                            if let Some(i) = (0..want.len()).find(|&i| out[i] != want[i]) {
-                                panic!("rank {me}, op {k} ({coll:?}, {count} elements, {algo:?}): element {i} is {} not {}", out[i], want[i]);
+                            if let Some(i) = (0..want.len()).find(|&i| out[at + i] != want[i]) {
+                                panic!("rank {me}, op {k} ({coll:?}, {count} elements, {algo:?}): element {i} is {} not {}", out[at + i], want[i]);
                             }
                         }
                     }

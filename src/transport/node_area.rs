@@ -3,7 +3,8 @@
 //! One memfd, created by rank 0 and opened by the others through `/proc/<pid>/fd/<fd>`
 //! (the same access rule as cross-memory attach), so a crash leaves nothing in /dev/shm. It
 //! holds, per rank, a few sequence counters on their own cache lines, a descriptor of the
-//! rank's current buffers, and two small data slots. Node-level algorithms (`coll::node`)
+//! rank's current buffers, and two data slots (one per operation parity) through which
+//! small inputs, and the buffers of ranks that peers cannot map, travel. Node-level algorithms (`coll::node`)
 //! synchronise through it instead of exchanging messages: one cache-line write tells every
 //! rank at once.
 //!
@@ -32,8 +33,16 @@ const TINY_OFFSET: usize = 384;
 /// Largest input a tiny slot holds: the rest of its cache line after the sequence word, so
 /// that one line transfer brings a peer both the news that its input is ready and the input.
 pub const TINY_BYTES: usize = 56;
-/// Bytes of each of a rank's two small-data slots.
+/// Largest input the one-shot algorithms put in a slot (their reads grow with the rank
+/// count, so larger inputs go direct whatever the slot size).
 pub const SMALL_BYTES: usize = 16 << 10;
+/// Default bytes of each of a rank's two data slots. Buffers that peers cannot map (from
+/// malloc, the stack, Fortran) travel through them in pieces of this size: big enough that
+/// a piece's two synchronisations cost little next to its copies, small enough that a
+/// piece, its reduction and its copy out stay in each core's cache.
+pub const SLOT_BYTES: usize = 256 << 10;
+/// Bounds on a configured slot size (FERROCCL_NODE_SLOT_SIZE).
+pub const SLOT_BYTES_RANGE: std::ops::RangeInclusive<usize> = SMALL_BYTES..=(64 << 20);
 /// Idle polls between liveness checks of the peers.
 const LIVENESS_EVERY: u32 = 1 << 14;
 
@@ -49,8 +58,9 @@ pub enum Counter {
 }
 
 /// Words of the descriptor: send and receive buffer, each as address, then (fd, serial,
-/// size, offset) of its ncclMemAlloc allocation (fd -1: none); then whether the rank
-/// pre-scales its input, and the scalar's bytes (PreMulSum scalars differ per rank).
+/// size, offset) of its ncclMemAlloc allocation (fd -1: none); then flags (bit 0: the rank
+/// pre-scales its input; bits 1 and 2: its send and receive buffer travel through its slot),
+/// and the scalar's bytes (PreMulSum scalars differ per rank).
 const DESC_WORDS: usize = 12;
 /// Offset of the descriptor in a control block, after the counters' lines.
 const DESC_OFFSET: usize = 192;
@@ -63,11 +73,13 @@ const _: () = assert!(TINY_OFFSET % 64 == 0 && CTRL_BYTES % 64 == 0 && HEADER_BY
 pub struct BufDesc {
     pub addr: u64,
     pub shared: Option<SharedRef>,
+    /// Peers reach this buffer through its owner's slot, not at `addr`.
+    pub staged: bool,
 }
 
 impl BufDesc {
     pub fn of(addr: *const u8, len: usize) -> BufDesc {
-        BufDesc { addr: addr as u64, shared: peer_mem::locate(addr as usize, len) }
+        BufDesc { addr: addr as u64, shared: peer_mem::locate(addr as usize, len), staged: false }
     }
 }
 
@@ -93,6 +105,9 @@ pub struct NodeArea {
     /// Node operations started on this rank.
     started: u64,
     idle: u32,
+    slot_bytes: usize,
+    /// Every rank is a thread of this process (any buffer is in reach of every rank).
+    one_process: bool,
     /// Per counter, a value every rank is known to have reached: waits up to it need not
     /// read the other ranks' counters (each read of a line a peer just wrote is a miss).
     floor: [u64; 2],
@@ -106,37 +121,61 @@ unsafe impl Send for NodeArea {}
 /// for the node algorithms' unit tests.
 #[cfg(test)]
 pub(crate) fn areas_for_threads(nranks: usize) -> Vec<NodeArea> {
-    let len = area_bytes(nranks);
+    areas_for_threads_with(nranks, SLOT_BYTES, false)
+}
+
+/// As [`areas_for_threads`], with slots of `slot_bytes`; `as_processes` makes the ranks
+/// treat their private buffers as out of their peers' reach (as ranks in separate processes
+/// do), so that they pass them through their slots.
+#[cfg(test)]
+pub(crate) fn areas_for_threads_with(nranks: usize, slot_bytes: usize, as_processes: bool) -> Vec<NodeArea> {
+    let len = area_bytes(nranks, slot_bytes);
     let fd = create(len, 7, nranks).expect("memfd");
     let pids = vec![std::process::id(); nranks];
     (0..nranks)
-        .map(|r| NodeArea::attach(fd.try_clone().expect("dup"), len, r, nranks, 7, &pids).expect("attach"))
+        .map(|r| {
+            let mut area =
+                NodeArea::attach(fd.try_clone().expect("dup"), len, r, nranks, 7, &pids, slot_bytes).expect("attach");
+            area.one_process = !as_processes;
+            area
+        })
         .collect()
 }
 
-fn area_bytes(nranks: usize) -> usize {
-    HEADER_BYTES + (nranks * CTRL_BYTES).next_multiple_of(4096) + nranks * 2 * SMALL_BYTES
+fn area_bytes(nranks: usize, slot_bytes: usize) -> usize {
+    HEADER_BYTES + (nranks * CTRL_BYTES).next_multiple_of(4096) + nranks * 2 * slot_bytes
 }
 
 impl NodeArea {
     /// Sets the area up across all ranks of a communicator whose ranks are all on this host
     /// (every rank must call it, in the same bootstrap order). `wanted` is this rank's
     /// opinion (configuration); the area exists only when every rank wants and reaches it.
+    /// Rank 0's `slot_bytes` (clamped to [`SLOT_BYTES_RANGE`], whole pages) sizes the slots.
     pub fn establish(
         bootstrap: &mut impl Exchange,
         magic: u64,
         pids: &[u32],
         wanted: bool,
+        slot_bytes: usize,
     ) -> Result<Option<NodeArea>> {
         let (rank, nranks) = (bootstrap.rank(), bootstrap.nranks());
-        let len = area_bytes(nranks);
-        let created = if rank == 0 && wanted { Some(create(len, magic, nranks)) } else { None };
+        let mine = slot_bytes.clamp(*SLOT_BYTES_RANGE.start(), *SLOT_BYTES_RANGE.end()).next_multiple_of(4096);
+        let created = if rank == 0 && wanted { Some(create(area_bytes(nranks, mine), magic, nranks)) } else { None };
         let fd_word: i64 = match &created {
             Some(Ok(fd)) => fd.as_raw_fd() as i64,
             _ => -1,
         };
-        let fds = bootstrap.all_gather(&fd_word.to_le_bytes())?;
-        let root_fd = crate::wire::le_i64(&fds, "node area descriptor")?;
+        let mut word = [0u8; 16];
+        word[..8].copy_from_slice(&fd_word.to_le_bytes());
+        word[8..].copy_from_slice(&(mine as u64).to_le_bytes());
+        let words = bootstrap.all_gather(&word)?;
+        let root = words.get(..16).ok_or_else(|| Error::internal("node area descriptor: short all-gather"))?;
+        let root_fd = crate::wire::le_i64(&root[..8], "node area descriptor")?;
+        let slot_bytes = crate::wire::le_i64(&root[8..], "node area slot size")? as usize;
+        if !SLOT_BYTES_RANGE.contains(&slot_bytes) || slot_bytes % 4096 != 0 {
+            return Err(Error::internal(format!("node area: rank 0 sent slot size {slot_bytes}")));
+        }
+        let len = area_bytes(nranks, slot_bytes);
         let attached: std::result::Result<NodeArea, String> = if !wanted {
             Err("disabled by FERROCCL_NODE_COLL".into())
         } else if root_fd < 0 {
@@ -149,12 +188,12 @@ impl NodeArea {
                 Some(Ok(fd)) => Ok(fd),
                 _ => peer_mem::open_peer_fd(pids[0], root_fd as i32, len as u64).map_err(|e| e.to_string()),
             }
-            .and_then(|fd| NodeArea::attach(fd, len, rank, nranks, magic, pids).map_err(|e| e.to_string()))
+            .and_then(|fd| NodeArea::attach(fd, len, rank, nranks, magic, pids, slot_bytes).map_err(|e| e.to_string()))
         };
         let ok = bootstrap.all_gather(&[attached.is_ok() as u8])?;
         match attached {
             Ok(area) if ok.iter().all(|&b| b == 1) => {
-                log::info!(target: "SHM", "Node area: {nranks} ranks synchronise through shared memory ({len} bytes)");
+                log::info!(target: "SHM", "Node area: {nranks} ranks synchronise through shared memory ({len} bytes, slots of {slot_bytes})");
                 Ok(Some(area))
             }
             Ok(_) => {
@@ -169,7 +208,15 @@ impl NodeArea {
         }
     }
 
-    fn attach(fd: OwnedFd, len: usize, rank: usize, nranks: usize, magic: u64, pids: &[u32]) -> io::Result<NodeArea> {
+    fn attach(
+        fd: OwnedFd,
+        len: usize,
+        rank: usize,
+        nranks: usize,
+        magic: u64,
+        pids: &[u32],
+        slot_bytes: usize,
+    ) -> io::Result<NodeArea> {
         // SAFETY: a new shared mapping (no address hint) of a file of at least `len` bytes
         // (created so, or checked by open_peer_fd); Drop unmaps it.
         let base = unsafe {
@@ -191,6 +238,8 @@ impl NodeArea {
             maps: PeerMaps::default(),
             started: 0,
             idle: 0,
+            slot_bytes,
+            one_process: pids.iter().all(|&p| p == me),
             floor: [0; 2],
         };
         if area.header(0).load(Ordering::Acquire) != AREA_MAGIC
@@ -350,6 +399,7 @@ impl NodeArea {
             w[10] = 1;
             w[11] = u64::from_ne_bytes(s);
         }
+        w[10] |= (u64::from(send.staged) << 1) | (u64::from(recv.staged) << 2);
         for (i, d) in [send, recv].iter().enumerate() {
             let o = i * 5;
             w[o] = d.addr;
@@ -399,15 +449,33 @@ impl NodeArea {
 
     /// The scalar `rank` multiplies its input by (PreMulSum), as published.
     pub fn peer_pre_scalar(&self, rank: usize) -> Option<[u8; 8]> {
-        let flag = self.ctrl_word(rank, DESC_OFFSET + 10 * 8).load(Ordering::Relaxed);
-        (flag == 1).then(|| self.ctrl_word(rank, DESC_OFFSET + 11 * 8).load(Ordering::Relaxed).to_ne_bytes())
+        let flags = self.ctrl_word(rank, DESC_OFFSET + 10 * 8).load(Ordering::Relaxed);
+        (flags & 1 == 1).then(|| self.ctrl_word(rank, DESC_OFFSET + 11 * 8).load(Ordering::Relaxed).to_ne_bytes())
     }
 
-    /// A rank's small-data slot for operations of parity `parity`.
-    pub fn small_slot(&self, rank: usize, parity: u64) -> *mut u8 {
+    /// Whether `rank`'s send (`which == 0`) or receive buffer travels through its slot, as
+    /// published for the current operation.
+    pub fn peer_staged(&self, rank: usize, which: usize) -> bool {
+        let flags = self.ctrl_word(rank, DESC_OFFSET + 10 * 8).load(Ordering::Relaxed);
+        flags >> (1 + which) & 1 == 1
+    }
+
+    /// Whether every peer can map a buffer of this rank that is not shared memory: only when
+    /// all ranks are threads of this process.
+    pub fn peers_share_address_space(&self) -> bool {
+        self.one_process
+    }
+
+    /// Bytes of each data slot.
+    pub fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+
+    /// A rank's data slot for operations of parity `parity` ([`NodeArea::slot_bytes`] long).
+    pub fn slot(&self, rank: usize, parity: u64) -> *mut u8 {
         let data = HEADER_BYTES + (self.nranks * CTRL_BYTES).next_multiple_of(4096);
-        let off = data + (rank * 2 + (parity & 1) as usize) * SMALL_BYTES;
-        debug_assert!(off + SMALL_BYTES <= self.len);
+        let off = data + (rank * 2 + (parity & 1) as usize) * self.slot_bytes;
+        debug_assert!(off + self.slot_bytes <= self.len);
         self.base.wrapping_add(off)
     }
 }
