@@ -181,12 +181,12 @@ pub static PARAMS: &[Param] = &[
         "",
         "On one host, a rank's buffers that its peers cannot map (malloc, stack, Fortran arrays) of \
          at most this many bytes travel through the shared area's slots, larger ones by kernel \
-         copies (process_vm_readv); unset: every size through the slots",
+         copies (process_vm_readv); unset: chosen per collective and number of ranks",
     ),
     param(
         "FERROCCL_NODE_SLOT_SIZE",
         Bytes,
-        "256K",
+        "1M",
         "Bytes of each of a rank's two slots in the shared area of a one-host communicator (rank 0's \
          value counts; 16K to 64M): the piece size in which unmappable buffers travel",
     ),

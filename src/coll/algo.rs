@@ -294,7 +294,8 @@ pub struct Tuning {
     pub node_one_shot_max: Option<usize>,
     /// Node direct and pull operations pass a rank's buffers that its peers cannot map
     /// through its slot up to this size (a rank's own choice, published to its peers).
-    pub node_stage_max: usize,
+    /// `None`: chosen per collective and rank count (`node::default_stage_max`).
+    pub node_stage_max: Option<usize>,
 }
 
 impl Default for Tuning {
@@ -304,7 +305,7 @@ impl Default for Tuning {
             tree_threshold: DEFAULT_TREE_THRESHOLD,
             selection: AlgoSelection::default(),
             node_one_shot_max: None,
-            node_stage_max: usize::MAX,
+            node_stage_max: None,
         }
     }
 }

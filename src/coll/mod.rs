@@ -242,7 +242,8 @@ fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Resul
             _ => return Err(Error::internal(format!("no node algorithm for {}", req.op.name()))),
         };
         log::debug!(target: "COLL", "{} count {} datatype {} in_place {in_place} algorithm {}", req.op.name(), req.count, req.dtype, algo.name());
-        let node = node::NodeOp::new(coll, algo, bufs.send, bufs.recv, block).with_stage_max(tuning.node_stage_max);
+        let stage_max = tuning.node_stage_max.unwrap_or_else(|| node::default_stage_max(&coll, n));
+        let node = node::NodeOp::new(coll, algo, bufs.send, bufs.recv, block).with_stage_max(stage_max);
         return Ok(Work { plan: node_plan(algo), bufs, reduction: req.reduction, send_copy, node: Some(node) });
     }
     let choice = algo::choose(kind, args.total_bytes(n), n, tuning.tree_threshold, &tuning.selection);
@@ -269,8 +270,26 @@ fn node_algorithm(comm: &Comm, req: &OpRequest, bytes: usize, tuning: &algo::Tun
             node::NodeAlgo::for_size(bytes, comm.nranks, oversubscribed, tuning.node_one_shot_max)
         }
         CollOp::Broadcast { .. } if bytes >= node::BROADCAST_DIRECT_MIN => Some(node::NodeAlgo::Direct),
+        // Small broadcasts: the root posts into its slot, the others copy it out.
+        CollOp::Broadcast { .. } => {
+            let oversubscribed = comm.nranks > crate::topo::usable_cores();
+            match node::NodeAlgo::for_size(bytes, comm.nranks, oversubscribed, tuning.node_one_shot_max) {
+                Some(node::NodeAlgo::OneShot) => Some(node::NodeAlgo::OneShot),
+                _ => None,
+            }
+        }
         // Each rank reads its block of every input once: one round, where a ring takes n - 1.
-        CollOp::ReduceScatter => Some(node::NodeAlgo::Direct),
+        // Small ones one-shot (each rank posts its whole input, as all-reduce does), when
+        // the whole input fits the one-shot slot.
+        CollOp::ReduceScatter => {
+            let oversubscribed = comm.nranks > crate::topo::usable_cores();
+            match node::NodeAlgo::for_size(bytes, comm.nranks, oversubscribed, tuning.node_one_shot_max) {
+                Some(node::NodeAlgo::OneShot) if bytes * comm.nranks <= node::ONE_SHOT_INPUT_MAX => {
+                    Some(node::NodeAlgo::OneShot)
+                }
+                _ => Some(node::NodeAlgo::Direct),
+            }
+        }
         _ => None,
     }
 }
@@ -297,8 +316,7 @@ fn tuning() -> Result<&'static algo::Tuning> {
             tree_threshold: crate::env::get_bytes("FERROCCL_TREE_THRESHOLD") as usize,
             selection,
             node_one_shot_max: crate::env::get_bytes_opt("FERROCCL_NODE_ONESHOT_MAX").map(|b| b as usize),
-            node_stage_max: crate::env::get_bytes_opt("FERROCCL_NODE_STAGE_MAX")
-                .map_or(node::STAGE_MAX, |b| b as usize),
+            node_stage_max: crate::env::get_bytes_opt("FERROCCL_NODE_STAGE_MAX").map(|b| b as usize),
         })
     });
     t.as_ref().map_err(|e| Error::invalid_usage(e.clone()))

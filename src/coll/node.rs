@@ -40,12 +40,44 @@ pub fn one_shot_max(nranks: usize, oversubscribed: bool) -> usize {
         (false, _) => 512,
     }
 }
+/// Largest whole input a one-shot operation puts in a slot (a reduce-scatter's is all its
+/// blocks).
+pub const ONE_SHOT_INPUT_MAX: usize = SMALL_BYTES;
 /// Broadcasts of at least this many bytes go through the node area (every rank copies the
 /// root's buffer); smaller ones take the tree, whose single hop per rank is as fast.
 pub const BROADCAST_DIRECT_MIN: usize = 32 << 10;
-/// Default for [`NodeOp::with_stage_max`]: buffers that peers cannot map go through the
-/// slots at every size (measured against kernel copies: bench/results/, issue 15).
+/// [`NodeOp::with_stage_max`] for "through the slots at every size".
 pub const STAGE_MAX: usize = usize::MAX;
+
+/// Up to which message size (as nccl-tests counts it: all-gathers and reduce-scatters by
+/// all ranks' blocks) a rank passes buffers its peers cannot map through its slots; above
+/// it, peers reach them with kernel copies (process_vm_readv/writev, one per piece and peer).
+/// Slots cost two extra local copies, kernel copies a system call per piece and peer, so
+/// slots win while messages are small or ranks many. Measured on the 16-core host with
+/// malloc'd buffers, slots of 256 KiB and 1 MiB against kernel copies
+/// (bench/results/ompi-compare-16core-2026-12-04-hostalloc.md, crossover section), in us:
+/// - all-reduce: 2 ranks even (64 KiB 18 vs 13.5, 16 MiB 4112 vs 4400); 8 ranks 64 KiB 32 vs
+///   46, 256 KiB 117 vs 117, 1 MiB 440 vs 398; 16 ranks 64 KiB 45 vs 81, 256 KiB 195 vs 167.
+/// - reduce-scatter: 2 ranks slots never worse; 8 ranks 256 KiB 83 vs 90, 1 MiB 282 vs 283,
+///   4 MiB 1194 vs 867; 16 ranks 64 KiB 36 vs 56, 256 KiB 126 vs 114.
+/// - all-gather: 2 ranks 16 KiB 3.2 vs 3.9, 64 KiB 7.4 vs 5.2; 8 ranks slots always (64 MiB
+///   13.1 ms vs 18.3); 16 ranks 256 KiB 30 vs 48, 1 MiB 186 vs 200, 4 MiB 816 vs 716.
+/// - broadcast: 2 ranks, one kernel copy beats two copies (slots 2 MiB 339 vs Open MPI's 202);
+///   more ranks read the root's slot at once, 2x Open MPI at 16 ranks.
+pub fn default_stage_max(coll: &NodeColl, nranks: usize) -> usize {
+    match (coll, nranks) {
+        (NodeColl::AllReduce(_), 0..=2) => 8 << 10,
+        (NodeColl::AllReduce(_), _) => 128 << 10,
+        (NodeColl::ReduceScatter(_), 0..=2) => STAGE_MAX,
+        (NodeColl::ReduceScatter(_), 3..=8) => 1 << 20,
+        (NodeColl::ReduceScatter(_), _) => 128 << 10,
+        (NodeColl::AllGather, 0..=2) => 16 << 10,
+        (NodeColl::AllGather, 3..=8) => STAGE_MAX,
+        (NodeColl::AllGather, _) => 1 << 20,
+        (NodeColl::Broadcast { .. }, 0..=2) => 0,
+        (NodeColl::Broadcast { .. }, _) => STAGE_MAX,
+    }
+}
 /// Bytes reduced at a time: the partial result and one input stay in cache.
 const PIECE: usize = 64 << 10;
 /// Out-of-place messages from this size on are written out with non-temporal stores: they do
@@ -176,18 +208,18 @@ impl NodeOp {
     /// The ranks this operation waits for now (for timeout messages; empty when it is not
     /// waiting on anyone).
     pub fn waiting_for(&self, area: &NodeArea) -> Vec<usize> {
-        let tiny = self.algo == NodeAlgo::OneShot && self.bytes <= TINY_BYTES;
+        let in_len = match self.coll {
+            NodeColl::ReduceScatter(_) => self.bytes * area.nranks(),
+            _ => self.bytes,
+        };
+        let tiny = self.algo == NodeAlgo::OneShot && in_len <= TINY_BYTES;
+        let behind = if tiny { area.behind_tiny(self.seq) } else { area.behind(Counter::Arrived, self.seq) };
         match self.phase {
             Phase::Start | Phase::Done => Vec::new(),
             Phase::WaitSlot => area.behind(Counter::Left, self.seq.saturating_sub(2)),
-            Phase::WaitArrived if tiny && !matches!(self.coll, NodeColl::Broadcast { .. }) => {
-                area.behind_tiny(self.seq)
-            }
-            Phase::WaitArrived => match (self.coll, self.algo) {
-                (NodeColl::Broadcast { root }, _) => {
-                    area.behind(Counter::Arrived, self.seq).into_iter().filter(|&r| r == root).collect()
-                }
-                _ => area.behind(Counter::Arrived, self.seq),
+            Phase::WaitArrived => match self.coll {
+                NodeColl::Broadcast { root } => behind.into_iter().filter(|&r| r == root).collect(),
+                _ => behind,
             },
             Phase::WaitLeft => area.behind(Counter::Left, self.seq),
         }
@@ -197,23 +229,30 @@ impl NodeOp {
     pub fn progress(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>) -> Result<bool> {
         let before = (self.phase, self.seq);
         match (self.coll, self.algo) {
-            (NodeColl::AllReduce(red), NodeAlgo::OneShot) => self.one_shot(area, Some(red))?,
+            (_, NodeAlgo::OneShot) => self.one_shot(area)?,
             (NodeColl::AllReduce(red), NodeAlgo::Direct) => self.direct(area, scratch, red)?,
-            (NodeColl::AllGather, NodeAlgo::OneShot) => self.one_shot(area, None)?,
             (NodeColl::AllGather, NodeAlgo::Direct) => self.pull(area, None)?,
-            (NodeColl::Broadcast { root }, _) => self.pull(area, Some(root))?,
-            (NodeColl::ReduceScatter(red), _) => self.reduce_scatter(area, scratch, red)?,
+            (NodeColl::Broadcast { root }, NodeAlgo::Direct) => self.pull(area, Some(root))?,
+            (NodeColl::ReduceScatter(red), NodeAlgo::Direct) => self.reduce_scatter(area, scratch, red)?,
         }
         Ok((self.phase, self.seq) != before)
     }
 
-    /// Each rank puts its input in its slot and folds everybody's slots. Inputs of up to
-    /// [`TINY_BYTES`] travel in the cache line that also says they are ready (one line
-    /// transfer per peer); larger ones in the small slots, announced by the Arrived counter.
-    /// `red` None: all-gather (each rank's slot is copied to its block of the output).
-    fn one_shot(&mut self, area: &mut NodeArea, red: Option<Reduction>) -> Result<()> {
+    /// Each rank puts its input in its slot and builds its result from everybody's slots.
+    /// Inputs of up to [`TINY_BYTES`] travel in the cache line that also says they are
+    /// ready (one line transfer per peer); larger ones in the slots, announced by the Arrived
+    /// counter. All-reduce folds every slot, reduce-scatter its own block of every slot,
+    /// all-gather copies every slot to its block, broadcast copies the root's (only the root
+    /// posts). One synchronisation: the next writer of a slot waits for its readers.
+    fn one_shot(&mut self, area: &mut NodeArea) -> Result<()> {
         let (me, n) = (area.rank(), area.nranks());
-        let tiny = self.bytes <= TINY_BYTES;
+        let (in_len, root) = match self.coll {
+            NodeColl::ReduceScatter(_) => (n * self.bytes, None),
+            NodeColl::Broadcast { root } => (self.bytes, Some(root)),
+            _ => (self.bytes, None),
+        };
+        let posts = root.is_none_or(|r| r == me);
+        let tiny = in_len <= TINY_BYTES;
         let slot_of = |area: &NodeArea, r: usize, seq: u64| {
             if tiny {
                 area.tiny_data(r, seq)
@@ -221,9 +260,12 @@ impl NodeOp {
                 area.slot(r, seq)
             }
         };
+        if self.phase == Phase::Done {
+            return Ok(());
+        }
         if self.phase == Phase::Start {
             self.seq = area.next_seq();
-            self.phase = Phase::WaitSlot;
+            self.phase = if posts { Phase::WaitSlot } else { Phase::WaitArrived };
         }
         if self.phase == Phase::WaitSlot {
             // The slot of this parity last held operation seq - 2: every rank must be done
@@ -232,18 +274,18 @@ impl NodeOp {
                 return Ok(());
             }
             // Our own input enters scaled by our own PreMulSum scalar (ranks' scalars differ).
-            // SAFETY: our own slot, of TINY_BYTES (tiny) or SMALL_BYTES >= bytes
+            // SAFETY: our own slot, of TINY_BYTES (tiny) or at least SMALL_BYTES >= in_len
             // (for_size), which no rank reads until we post it; the send buffer is the
-            // caller's, valid for `bytes`, and cannot overlap the shared slot.
+            // caller's, valid for `in_len`, and cannot overlap the shared slot.
             let (slot, input) = unsafe {
                 (
-                    std::slice::from_raw_parts_mut(slot_of(area, me, self.seq), self.bytes),
-                    std::slice::from_raw_parts(self.send, self.bytes),
+                    std::slice::from_raw_parts_mut(slot_of(area, me, self.seq), in_len),
+                    std::slice::from_raw_parts(self.send, in_len),
                 )
             };
-            match red {
-                Some(red) => red.prepare(slot, input)?,
-                None => slot.copy_from_slice(input),
+            match self.coll {
+                NodeColl::AllReduce(red) | NodeColl::ReduceScatter(red) => red.prepare(slot, input)?,
+                NodeColl::AllGather | NodeColl::Broadcast { .. } => slot.copy_from_slice(input),
             }
             if tiny {
                 area.post_tiny(self.seq);
@@ -253,30 +295,45 @@ impl NodeOp {
             self.phase = Phase::WaitArrived;
         }
         if self.phase == Phase::WaitArrived {
-            let arrived = if tiny {
-                area.all_posted_tiny(self.seq, &mut self.ready)?
-            } else {
-                area.all_reached(Counter::Arrived, self.seq)?
+            let arrived = match (root, tiny) {
+                (Some(r), true) => area.posted_tiny(r, self.seq)?,
+                (Some(r), false) => area.reached(r, Counter::Arrived, self.seq)?,
+                (None, true) => area.all_posted_tiny(self.seq, &mut self.ready)?,
+                (None, false) => area.all_reached(Counter::Arrived, self.seq)?,
             };
             if !arrived {
                 return Ok(());
             }
-            let out_len = if red.is_some() { self.bytes } else { n * self.bytes };
+            let out_len = match self.coll {
+                NodeColl::AllGather => n * self.bytes,
+                _ => self.bytes,
+            };
             // SAFETY: the caller's receive buffer, ours alone until the operation completes
-            // (an in-place all-gather input in it was copied to our slot before).
+            // (an in-place input in it was copied to our slot before).
             let out = unsafe { std::slice::from_raw_parts_mut(self.recv, out_len) };
-            for r in 0..n {
-                // SAFETY: rank r's slot holds this operation's input (posted or its Arrived
-                // counter reached seq, with Release) and is not rewritten before we mark Left.
-                let input = unsafe { std::slice::from_raw_parts(slot_of(area, r, self.seq), self.bytes) };
-                match red {
-                    None => out[r * self.bytes..(r + 1) * self.bytes].copy_from_slice(input),
-                    Some(_) if r == 0 => out.copy_from_slice(input),
-                    Some(red) => red.accumulate(out, input)?,
+            // SAFETY: rank r's slot holds this operation's input (posted or its Arrived counter
+            // reached seq, with Release) and is not rewritten before we mark Left.
+            let input_of = |r: usize| unsafe { std::slice::from_raw_parts(slot_of(area, r, self.seq), in_len) };
+            match self.coll {
+                NodeColl::AllReduce(red) | NodeColl::ReduceScatter(red) => {
+                    // Reduce-scatter: our block of every rank's input.
+                    let at = if in_len == self.bytes { 0 } else { me * self.bytes };
+                    for r in 0..n {
+                        let input = &input_of(r)[at..at + self.bytes];
+                        if r == 0 {
+                            out.copy_from_slice(input);
+                        } else {
+                            red.accumulate(out, input)?;
+                        }
+                    }
+                    red.finalize(out)?;
                 }
-            }
-            if let Some(red) = red {
-                red.finalize(out)?;
+                NodeColl::AllGather => {
+                    for r in 0..n {
+                        out[r * self.bytes..(r + 1) * self.bytes].copy_from_slice(input_of(r));
+                    }
+                }
+                NodeColl::Broadcast { root } => out.copy_from_slice(input_of(root)),
             }
             area.mark(Counter::Left, self.seq);
             self.phase = Phase::Done;
@@ -290,8 +347,13 @@ impl NodeOp {
     /// write the slot with plain loads and stores instead of a system call per piece and
     /// peer, in rounds of a slot's size.
     fn publish_direct(&mut self, area: &mut NodeArea, send_len: usize, recv_len: usize, pre: Option<[u8; 8]>) {
+        // The message as nccl-tests sizes it (all ranks' blocks for these two).
+        let size = match self.coll {
+            NodeColl::AllGather | NodeColl::ReduceScatter(_) => self.bytes * area.nranks(),
+            _ => self.bytes,
+        };
         let stage = |d: &BufDesc, len: usize| {
-            len > 0 && len <= self.stage_max && d.shared.is_none() && !area.peers_share_address_space()
+            len > 0 && size <= self.stage_max && d.shared.is_none() && !area.peers_share_address_space()
         };
         let mut send = BufDesc::of(self.send, send_len);
         let mut recv = BufDesc::of(self.recv, recv_len);
@@ -920,7 +982,8 @@ mod tests {
                                 2 => {
                                     let root = k % n;
                                     let out = if in_place && me == root { input.clone() } else { vec![-1; count] };
-                                    (NodeColl::Broadcast { root }, NodeAlgo::Direct, out, input_of(root, k, count))
+                                    let algo = NodeAlgo::for_size(bytes, n, false, None).unwrap();
+                                    (NodeColl::Broadcast { root }, algo, out, input_of(root, k, count))
                                 }
                                 _ => {
                                     // Each rank's input is n blocks; its result is the sum of block
@@ -932,7 +995,11 @@ mod tests {
                                         .map(|i| (0..n).map(|r| (r as i64 + 3) * all[r][me * count + i]).sum())
                                         .collect();
                                     let out = if in_place { input_of(me, k, n * count) } else { vec![-1; count] };
-                                    (NodeColl::ReduceScatter(red), NodeAlgo::Direct, out, want)
+                                    let algo = match NodeAlgo::for_size(bytes, n, false, None).unwrap() {
+                                        NodeAlgo::OneShot if n * bytes <= ONE_SHOT_INPUT_MAX => NodeAlgo::OneShot,
+                                        _ => NodeAlgo::Direct,
+                                    };
+                                    (NodeColl::ReduceScatter(red), algo, out, want)
                                 }
                             };
                             let rs_input = input_of(me, k, n * count);

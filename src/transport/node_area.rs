@@ -40,7 +40,7 @@ pub const SMALL_BYTES: usize = 16 << 10;
 /// malloc, the stack, Fortran) travel through them in pieces of this size: big enough that
 /// a piece's two synchronisations cost little next to its copies, small enough that a
 /// piece, its reduction and its copy out stay in each core's cache.
-pub const SLOT_BYTES: usize = 256 << 10;
+pub const SLOT_BYTES: usize = 1 << 20;
 /// Bounds on a configured slot size (FERROCCL_NODE_SLOT_SIZE).
 pub const SLOT_BYTES_RANGE: std::ops::RangeInclusive<usize> = SMALL_BYTES..=(64 << 20);
 /// Idle polls between liveness checks of the peers.
@@ -345,6 +345,17 @@ impl NodeArea {
         }
         self.idle = 0;
         Ok(true)
+    }
+
+    /// Whether `rank`'s tiny slot holds its input for operation `seq` (and that input is
+    /// visible).
+    pub fn posted_tiny(&mut self, rank: usize, seq: u64) -> Result<bool> {
+        if self.tiny_seq(rank, seq).load(Ordering::Acquire) >= seq {
+            self.idle = 0;
+            return Ok(true);
+        }
+        self.note_idle()?;
+        Ok(false)
     }
 
     /// The ranks that have not reached `c` in operation `seq` yet (for timeout messages).

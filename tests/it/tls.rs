@@ -12,9 +12,10 @@ use std::ffi::{c_char, c_void, CStr, CString};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use ferroccl::ffi::coll::{ncclAllGather, ncclAllReduce, ncclBroadcast};
+use ferroccl::ffi::coll::{ncclAllGather, ncclAllReduce, ncclBroadcast, ncclRecv, ncclSend};
 use ferroccl::ffi::coverage::ferrocclCommEncryptionReport;
 use ferroccl::ffi::encryption::ncclSetEncryption;
+use ferroccl::ffi::group::{ncclGroupEnd, ncclGroupStart};
 use ferroccl::ffi::init::{ncclCommDestroy, ncclCommInitRank, ncclGetUniqueId};
 use ferroccl::ffi::query::ncclGetLastError;
 use ferroccl::types::{
@@ -414,16 +415,15 @@ fn ranks_on(id: ncclUniqueId) {
                 let mut b = if rank == 0 { mine.clone() } else { vec![0u8; bytes] };
                 check(ncclBroadcast(b.as_ptr().cast(), b.as_mut_ptr().cast(), bytes, UINT8, 0, comm.0, s), "bcast");
                 assert!(b.iter().enumerate().all(|(i, &v)| v == (i * 7) as u8));
-                // Small broadcasts from both roots go point to point (not through a node
-                // area), so each rank has a send and a receive connection whatever the transport.
-                for root in 0..2 {
-                    let mut b = if rank == root { mine[..100].to_vec() } else { vec![0u8; 100] };
-                    check(
-                        ncclBroadcast(b.as_ptr().cast(), b.as_mut_ptr().cast(), 100, UINT8, root, comm.0, s),
-                        "bcast",
-                    );
-                    assert!(b.iter().enumerate().all(|(i, &v)| v == (i * 7 + root as usize) as u8));
-                }
+                // A send and a receive each way go point to point (never through a node area),
+                // so each rank has a send and a receive connection whatever the transport.
+                let peer = 1 - rank;
+                let mut got = vec![0u8; 100];
+                check(ncclGroupStart(), "ncclGroupStart");
+                check(ncclSend(mine.as_ptr().cast(), 100, UINT8, peer, comm.0, s), "ncclSend");
+                check(ncclRecv(got.as_mut_ptr().cast(), 100, UINT8, peer, comm.0, s), "ncclRecv");
+                check(ncclGroupEnd(), "ncclGroupEnd");
+                assert!(got.iter().enumerate().all(|(i, &v)| v == (i * 7 + peer as usize) as u8));
                 let mut buf = vec![0 as c_char; 4096];
                 check(ferrocclCommEncryptionReport(comm.0, buf.as_mut_ptr(), buf.len()), "report");
                 // SAFETY: the report is NUL-terminated inside buf.
