@@ -55,7 +55,7 @@ pub const STAGE_MAX: usize = usize::MAX;
 /// Slots cost two extra local copies, kernel copies a system call per piece and peer, so
 /// slots win while messages are small or ranks many. Measured on the 16-core host with
 /// malloc'd buffers, slots of 256 KiB and 1 MiB against kernel copies
-/// (bench/results/node-slots-crossover-16core-2026-12-04.txt), in us, slots vs kernel copies:
+/// (bench/results/malloc-buffers-16core-2026-12-04/crossover.txt), in us, slots vs kernel copies:
 /// - all-reduce: 2 ranks even (64 KiB 18 vs 13.5, 16 MiB 4112 vs 4400); 8 ranks 64 KiB 32 vs
 ///   46, 256 KiB 117 vs 117, 1 MiB 440 vs 398; 16 ranks 64 KiB 45 vs 81, 256 KiB 195 vs 167.
 /// - reduce-scatter: 2 ranks slots never worse; 8 ranks 256 KiB 83 vs 90, 1 MiB 282 vs 283,
