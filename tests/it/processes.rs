@@ -9,7 +9,7 @@ use std::ffi::c_void;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ferroccl::ffi::coll::{ncclAllReduce, ncclBroadcast};
+use ferroccl::ffi::coll::{ncclAllGather, ncclAllReduce, ncclBroadcast, ncclReduceScatter};
 use ferroccl::ffi::init::{ncclCommDestroy, ncclCommInitRank};
 use ferroccl::ffi::mem::{ncclMemAlloc, ncclMemFree};
 use ferroccl::ffi::query::{ncclCommGetAsyncError, ncclGetLastError};
@@ -75,6 +75,9 @@ fn child_rank() {
     println!("CHILD {rank} first allreduce OK");
     if scenario == "plain" {
         plain_extras(rank, comm);
+    }
+    if scenario == "ordinary" {
+        ordinary_buffers(rank, comm);
     }
     if scenario == "victim" && rank == 1 {
         println!("CHILD 1 waiting to be killed");
@@ -176,6 +179,80 @@ fn plain_extras(rank: usize, comm: ncclComm_t) {
     println!("CHILD {rank} broadcast and ncclMemAlloc all-reduces OK");
 }
 
+/// All-reduce, reduce-scatter, all-gather and broadcast of ordinary (Vec) buffers, which the
+/// peer process cannot map: through the slots of the node area or by kernel copies, as the
+/// environment chooses; one-shot, one round and many rounds; in and out of place; rank 1's
+/// all-reduce buffers from ncclMemAlloc at one size, so that staged and mapped ranks mix.
+/// Integer sums, so every result is exact.
+fn ordinary_buffers(rank: usize, comm: ncclComm_t) {
+    const N: usize = 2;
+    const INT32: ncclDataType_t = ncclDataType_t(2);
+    const SUM: ncclRedOp_t = ncclRedOp_t(0);
+    let s: *mut c_void = std::ptr::null_mut();
+    let value = |r: usize, i: usize, k: usize| ((i * 7 + k) % 977) as i32 * (r as i32 + 1);
+    for (k, count) in [3usize, 100, 3000, 70_000, 600_000].into_iter().enumerate() {
+        for in_place in [false, true] {
+            let k = 2 * k + usize::from(in_place);
+            // All-reduce.
+            let mapped = rank == 1 && count == 3000;
+            let mut own: Vec<i32> = (0..count).map(|i| value(rank, i, k)).collect();
+            let mut out = vec![-1i32; count];
+            let (mut sp, mut rp): (*mut c_void, *mut c_void) = (own.as_mut_ptr().cast(), out.as_mut_ptr().cast());
+            if mapped {
+                check(ncclMemAlloc(&mut sp, count * 4), "ncclMemAlloc");
+                check(ncclMemAlloc(&mut rp, count * 4), "ncclMemAlloc");
+                // SAFETY: fresh allocations of count * 4 bytes; own holds count i32.
+                unsafe { std::ptr::copy_nonoverlapping(own.as_ptr(), sp as *mut i32, count) };
+            }
+            let recv_p = if in_place { sp } else { rp };
+            check(ncclAllReduce(sp, recv_p, count, INT32, SUM, comm, s), "allreduce");
+            // SAFETY: recv_p holds count i32 (a Vec of ours or an allocation above).
+            let got = unsafe { std::slice::from_raw_parts(recv_p as *const i32, count) };
+            let bad = (0..count).find(|&i| got[i] != (0..N).map(|r| value(r, i, k)).sum::<i32>());
+            assert!(bad.is_none(), "all-reduce of {count} (in place {in_place}): element {bad:?}");
+            if mapped {
+                check(ncclMemFree(sp), "ncclMemFree");
+                check(ncclMemFree(rp), "ncclMemFree");
+            }
+            // Reduce-scatter: each rank's input is N blocks of `count`.
+            let mut input: Vec<i32> = (0..N * count).map(|i| value(rank, i, k)).collect();
+            let mut out = vec![-1i32; count];
+            let (sp, rp): (*mut c_void, *mut c_void) = if in_place {
+                let p: *mut c_void = input.as_mut_ptr().cast();
+                (p, p.wrapping_add(rank * count * 4))
+            } else {
+                (input.as_mut_ptr().cast(), out.as_mut_ptr().cast())
+            };
+            check(ncclReduceScatter(sp, rp, count, INT32, SUM, comm, s), "reducescatter");
+            // SAFETY: rp points at count i32 of `out` or of `input`, both alive.
+            let got = unsafe { std::slice::from_raw_parts(rp as *const i32, count) };
+            let bad = (0..count).find(|&i| got[i] != (0..N).map(|r| value(r, rank * count + i, k)).sum::<i32>());
+            assert!(bad.is_none(), "reduce-scatter of {count} (in place {in_place}): element {bad:?}");
+            // All-gather.
+            let mine: Vec<i32> = (0..count).map(|i| value(rank, i, k)).collect();
+            let mut all = vec![-1i32; N * count];
+            let sp: *const c_void = if in_place {
+                all[rank * count..(rank + 1) * count].copy_from_slice(&mine);
+                all[rank * count..].as_ptr().cast()
+            } else {
+                mine.as_ptr().cast()
+            };
+            check(ncclAllGather(sp, all.as_mut_ptr().cast(), count, INT32, comm, s), "allgather");
+            let bad = (0..N * count).find(|&i| all[i] != value(i / count, i % count, k));
+            assert!(bad.is_none(), "all-gather of {count} (in place {in_place}): element {bad:?}");
+            // Broadcast from either root.
+            let root = k % N;
+            let src: Vec<i32> = (0..count).map(|i| value(root, i, k)).collect();
+            let mut buf = if rank == root { src.clone() } else { vec![-1i32; count] };
+            let p: *mut c_void = buf.as_mut_ptr().cast();
+            let sp: *const c_void = if in_place || rank != root { p } else { src.as_ptr().cast() };
+            check(ncclBroadcast(sp, p, count, INT32, root as i32, comm, s), "broadcast");
+            assert!(buf == src, "broadcast of {count} from {root} (in place {in_place})");
+        }
+    }
+    println!("CHILD {rank} ordinary buffers OK");
+}
+
 fn wait_output(child: Child) -> String {
     let out = child.wait_with_output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -192,6 +269,29 @@ fn shm_files() -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Ordinary buffers across processes (issue 15), in each way the node area can move them:
+/// the default choice, every size through small slots (many rounds), and kernel copies only.
+#[test]
+fn ordinary_buffers_across_processes() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    let modes: [&[(&str, &str)]; 3] = [
+        &[],
+        &[("FERROCCL_NODE_SLOT_SIZE", "16K"), ("FERROCCL_NODE_STAGE_MAX", "1T")],
+        &[("FERROCCL_NODE_STAGE_MAX", "0")],
+    ];
+    for env in modes {
+        let id = unique_id();
+        let children: Vec<Child> = (0..2).map(|r| spawn(r, "ordinary", &id, env)).collect();
+        for (r, child) in children.into_iter().enumerate() {
+            let text = wait_output(child);
+            assert!(text.contains(&format!("CHILD {r} ordinary buffers OK")), "{env:?}:\n{text}");
+            assert!(text.contains("Node area: 2 ranks"), "the node area must be in use ({env:?}):\n{text}");
+        }
+    }
 }
 
 #[test]
