@@ -519,19 +519,10 @@ impl NodeOp {
                     first = 2;
                 }
             }
-            for (r, input) in inputs.iter().enumerate().skip(first) {
-                let piece: &[u8] = match *input {
-                    // SAFETY: rank r's send buffer (or ours, or rank r's slot) holds this
-                    // round's input from the round's start on (off + len <= round_len), and
-                    // nobody writes this slice of it before this rank does below.
-                    PeerBuf::Direct(p) => unsafe { std::slice::from_raw_parts(p.add(off), len) },
-                    PeerBuf::Remote { pid, addr } => {
-                        peer_mem::read_remote(pid, addr + off as u64, &mut staged_all[..len])?;
-                        &staged_all[..len]
-                    }
-                };
-                fold(&reductions[r], acc, piece, r == 0)?;
-            }
+            // SAFETY: rank r's send buffer (or ours, or rank r's slot) holds this round's input
+            // from the round's start on (off + len <= round_len), and nobody writes this slice
+            // of it before this rank does below.
+            unsafe { fold_inputs(&inputs, &reductions, first, off, acc, staged_all)? };
             red.finalize(acc)?;
             // Write the result into every rank's output, starting with the next rank so
             // that not every rank writes to rank 0 first.
@@ -604,18 +595,9 @@ impl NodeOp {
                 while off < len {
                     let step = PIECE.min(len - off);
                     let acc = &mut acc_all[..step];
-                    for (r, input) in inputs.iter().enumerate() {
-                        let piece: &[u8] = match *input {
-                            // SAFETY: rank r's input (buffer or slot) holds this round's piece of
-                            // our block and is not rewritten until every rank marks Left.
-                            PeerBuf::Direct(p) => unsafe { std::slice::from_raw_parts(p.add(off), step) },
-                            PeerBuf::Remote { pid, addr } => {
-                                peer_mem::read_remote(pid, addr + off as u64, &mut staged_all[..step])?;
-                                &staged_all[..step]
-                            }
-                        };
-                        fold(&reductions[r], acc, piece, r == 0)?;
-                    }
+                    // SAFETY: rank r's input (buffer or slot) holds this round's piece of our
+                    // block (off + step <= len) and is not rewritten until every rank marks Left.
+                    unsafe { fold_inputs(&inputs, &reductions, 0, off, acc, staged_all)? };
                     red.finalize(acc)?;
                     // SAFETY: our receive buffer holds `bytes` >= self.off + off + step bytes;
                     // in place it is our own input block, which only this rank reads, and it
@@ -739,6 +721,35 @@ impl NodeOp {
         }
         Ok(())
     }
+}
+
+/// Folds `acc.len()` bytes at `off` of every input from `first` on into `acc`, in rank order
+/// (input 0 starts the result), reading inputs in other processes through `staging`.
+///
+/// # Safety
+/// Every `PeerBuf::Direct` input must be readable for `off + acc.len()` bytes and not written
+/// while this runs; `staging` must hold at least `acc.len()` bytes when any input is remote.
+unsafe fn fold_inputs(
+    inputs: &[PeerBuf],
+    reductions: &[Reduction],
+    first: usize,
+    off: usize,
+    acc: &mut [u8],
+    staging: &mut [u8],
+) -> Result<()> {
+    let len = acc.len();
+    for (r, input) in inputs.iter().enumerate().skip(first) {
+        let piece: &[u8] = match *input {
+            // SAFETY: the caller's contract.
+            PeerBuf::Direct(p) => unsafe { std::slice::from_raw_parts(p.add(off), len) },
+            PeerBuf::Remote { pid, addr } => {
+                peer_mem::read_remote(pid, addr + off as u64, &mut staging[..len])?;
+                &staging[..len]
+            }
+        };
+        fold(&reductions[r], acc, piece, r == 0)?;
+    }
+    Ok(())
 }
 
 /// Folds one input into the running result: `acc = pre(input)` for the first rank, else
