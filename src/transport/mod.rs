@@ -17,6 +17,7 @@
 //! reductions applied on receipt are `reduce`'s.
 
 pub mod exchange;
+pub mod ib;
 pub mod links;
 pub mod net_select;
 pub mod netif;
