@@ -30,6 +30,8 @@ pub mod hca;
 pub mod mr;
 #[cfg(test)]
 pub(crate) mod sim;
+#[cfg(feature = "ib")]
+pub mod verbs;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
