@@ -22,8 +22,9 @@ use crate::config::CommConfig;
 use crate::error::{Error, Result};
 use crate::interrupt::Interrupt;
 use crate::reduce::Reduction;
+use crate::transport::ib::hca::PortChoice;
 use crate::transport::links::{Links, PeerLink, TierPolicy};
-use crate::transport::net_select::{self, NetKind, NetPolicy, SysfsIbProbe};
+use crate::transport::net_select::{self, NetKind, NetPolicy};
 use crate::transport::node_area::NodeArea;
 use crate::transport::socket_net::SocketNet;
 use crate::transport::Net;
@@ -532,12 +533,17 @@ pub fn shrink_exclusions(nranks: usize, rank: usize, excluded: &[c_int]) -> Resu
 fn network() -> Result<Arc<dyn Net>> {
     static NET: OnceLock<std::result::Result<Arc<dyn Net>, Error>> = OnceLock::new();
     let net = NET.get_or_init(|| {
-        let selection = net_select::select(&NetPolicy::from_env(), &SysfsIbProbe::system());
+        let policy = NetPolicy::from_env();
+        let selection = net_select::select(&policy, &*net_select::system_probe());
+        for line in &selection.trace {
+            log::trace!(target: "NET", "{line}");
+        }
         for line in &selection.log {
             log::info!(target: "NET", "{line}");
         }
         match selection.kind? {
             NetKind::Socket => socket_network(),
+            NetKind::Ib(ports) => ib_network(&ports, policy.wants_ib()),
         }
     });
     match net {
@@ -545,6 +551,47 @@ fn network() -> Result<Arc<dyn Net>> {
         Err(e) => Err(Error::invalid_usage(e.to_string())),
     }
 }
+
+/// The IB network on the first chosen port. A port that cannot be opened fails init when
+/// NCCL_NET=IB asked for IB, else it is logged and sockets are used.
+#[cfg(feature = "ib")]
+fn ib_network(ports: &[PortChoice], required: bool) -> Result<Arc<dyn Net>> {
+    use crate::transport::ib::{hca::IbSettings, verbs::VerbsFabric, IbNet};
+    let Some(port) = ports.first() else {
+        return Err(Error::internal("IB chosen without a port"));
+    };
+    let opened = IbSettings::from_env().and_then(|settings| {
+        let fabric = VerbsFabric::open(port, settings)?;
+        let iface = crate::transport::netif::pick().map_err(|e| Error::invalid_usage(e.to_string()))?;
+        Ok((fabric, iface))
+    });
+    match opened {
+        Ok((fabric, iface)) => {
+            let net = IbNet::new(Arc::new(fabric), iface);
+            log::info!(target: "NET", "NET/IB : Using {}", net.describe());
+            if ports.len() > 1 {
+                let others: Vec<String> = ports[1..].iter().map(PortChoice::label).collect();
+                log::info!(target: "NET", "NET/IB : not using {} (this transport uses one port)", others.join(", "));
+            }
+            log::info!(target: "NET", "{}", IB_TLS_NOTE);
+            Ok(Arc::new(net))
+        }
+        Err(e) if required => Err(e.context("NCCL_NET=IB")),
+        Err(e) => {
+            log::warn!(target: "NET", "NET/IB : cannot use {}: {e}; using sockets", port.label());
+            socket_network()
+        }
+    }
+}
+
+#[cfg(not(feature = "ib"))]
+fn ib_network(_ports: &[PortChoice], _required: bool) -> Result<Arc<dyn Net>> {
+    Err(Error::internal("IB chosen in a build without the IB transport"))
+}
+
+/// Said whenever the IB network is used: what TLS covers and what it does not.
+pub const IB_TLS_NOTE: &str =
+    "NET/IB : RDMA data is outside the TLS boundary (not encrypted); only connection setup uses the encrypted sockets";
 
 fn socket_network() -> Result<Arc<dyn Net>> {
     let iface = crate::transport::netif::pick().map_err(|e| Error::invalid_usage(e.to_string()))?;
