@@ -228,6 +228,19 @@ pub(crate) mod tests {
         assert!(IbConnInfo::decode(&b).unwrap_err().to_string().contains("receiver announced a FIFO"));
     }
 
+    /// The fuzz corpus (fuzz/corpus/ib_conn) starts from valid records of both kinds.
+    #[test]
+    fn fuzz_corpus_holds_valid_samples() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/corpus/ib_conn");
+        let (mut conns, mut cts) = (0, 0);
+        for entry in std::fs::read_dir(dir).expect("fuzz/corpus/ib_conn") {
+            let b = std::fs::read(entry.unwrap().path()).unwrap();
+            conns += IbConnInfo::decode(&b).is_ok() as usize;
+            cts += CtsEntry::decode(&b).is_ok() as usize;
+        }
+        assert!(conns >= 4 && cts >= 3, "{conns} connection infos, {cts} CTS entries");
+    }
+
     #[test]
     fn cts_round_trip_and_padding() {
         let e = CtsEntry { addr: u64::MAX - 5, size: 1 << 33, rkey: 0xdead_beef, seq: 77 };
