@@ -133,18 +133,16 @@ pub fn dmabuf_fd(addr: u64, len: usize) -> Result<std::os::fd::OwnedFd> {
     let mut fd: std::ffi::c_int = -1;
     // SAFETY: a context is current; the out-pointer is a live int, the size this handle type
     // writes; the driver checks that the range is device memory it can export.
-    check(
-        unsafe {
-            sys::cuMemGetHandleForAddressRange(
-                &mut fd as *mut std::ffi::c_int as *mut std::ffi::c_void,
-                addr as sys::CUdeviceptr,
-                len,
-                sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
-                0,
-            )
-        },
-        "cuMemGetHandleForAddressRange",
-    )?;
+    let res = unsafe {
+        sys::cuMemGetHandleForAddressRange(
+            &mut fd as *mut std::ffi::c_int as *mut std::ffi::c_void,
+            addr as sys::CUdeviceptr,
+            len,
+            sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+            0,
+        )
+    };
+    check(res, "cuMemGetHandleForAddressRange")?;
     if fd < 0 {
         return Err(Error::internal("cuMemGetHandleForAddressRange returned no descriptor"));
     }

@@ -670,7 +670,7 @@ impl Rdma for VerbsQp {
                 return Err(Error::system("ibv_poll_cq", io::Error::other("completion queue error")));
             }
             for wc in &self.wcs[..got as usize] {
-                let (status, vendor_err) = wc.error().map(|(s, v)| (s as u32, v)).unwrap_or((0, 0));
+                let (status, vendor_err) = wc.error().unwrap_or((0, 0));
                 let recv = (status == 0 && wc.opcode() == sys::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM)
                     .then(|| (u32::from_be(wc.imm_data().unwrap_or(0)), wc.len() as u32));
                 out.push(Completion { wr_id: wc.wr_id(), status, vendor_err, recv });
@@ -718,7 +718,7 @@ mod tests {
             (S::IBV_WC_RNR_RETRY_EXC_ERR, "RNR retry counter exceeded"),
             (S::IBV_WC_GENERAL_ERR, "general error"),
         ] {
-            assert_eq!(super::super::flow::wc_status_name(code as u32), name, "status {code}");
+            assert_eq!(super::super::flow::wc_status_name(code), name, "status {code}");
         }
         assert_eq!(sys::ibv_port_state::IBV_PORT_ACTIVE as u8, super::super::hca::PORT_ACTIVE);
         assert_eq!(link_layer(sys::IBV_LINK_LAYER_ETHERNET as u8), Some(LinkLayer::Ethernet));
