@@ -556,7 +556,27 @@ fn network() -> Result<Arc<dyn Net>> {
 /// NCCL_NET=IB asked for IB, else it is logged and sockets are used.
 #[cfg(feature = "ib")]
 fn ib_network(ports: &[PortChoice], required: bool) -> Result<Arc<dyn Net>> {
-    use crate::transport::ib::{hca::IbSettings, verbs::VerbsFabric, IbNet};
+    use crate::transport::ib::hca::{describe_port, prefer_numa, IbSettings};
+    use crate::transport::ib::{verbs::VerbsFabric, IbNet};
+    // Placement from the topology (hwloc) where sysfs said nothing; then the caller's NUMA
+    // node first.
+    let topo = crate::topo::Topology::system();
+    let mut ports = ports.to_vec();
+    for p in &mut ports {
+        if let Some(dev) = topo.device_by_name(&p.device) {
+            p.pci.get_or_insert_with(|| dev.bus_id.to_string());
+            if p.numa.is_none() {
+                p.numa = dev.numa_nodes.first().map(|&n| n as i32);
+            }
+        }
+    }
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = u32::try_from(unsafe { libc::sched_getcpu() }).ok();
+    let local = cpu.and_then(|c| topo.numa_nodes().iter().find(|n| n.cpuset.contains(c))).map(|n| n.os_index as i32);
+    let ports = prefer_numa(ports, local);
+    for p in &ports {
+        log::info!(target: "NET", "NET/IB : usable port {}", describe_port(p));
+    }
     let Some(port) = ports.first() else {
         return Err(Error::internal("IB chosen without a port"));
     };

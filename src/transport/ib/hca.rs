@@ -164,6 +164,30 @@ pub fn usable_ports(devices: &[DeviceInfo], filter: &HcaFilter) -> (Vec<PortChoi
     (chosen, skipped)
 }
 
+/// Orders `ports` so that those on NUMA node `local` come first (otherwise in probe order):
+/// the transport uses the first, and an HCA on the caller's node avoids crossing sockets.
+pub fn prefer_numa(mut ports: Vec<PortChoice>, local: Option<i32>) -> Vec<PortChoice> {
+    if let Some(node) = local {
+        ports.sort_by_key(|p| p.numa != Some(node));
+    }
+    ports
+}
+
+/// One line per port for the log: `mlx5_0:1/IB 200 Gb/s, PCI 0000:05:00.0, NUMA 0`.
+pub fn describe_port(p: &PortChoice) -> String {
+    let mut s = p.label();
+    if p.speed_mbps > 0 {
+        s += &format!(" {} Gb/s", p.speed_mbps / 1000);
+    }
+    if let Some(pci) = &p.pci {
+        s += &format!(", PCI {pci}");
+    }
+    if let Some(numa) = p.numa {
+        s += &format!(", NUMA {numa}");
+    }
+    s
+}
+
 /// Link speed in Mbit/s from `ibv_port_attr`'s `active_speed` and `active_width` codes (0 when
 /// either is unknown).
 pub fn speed_mbps(active_speed: u32, active_width: u8) -> u32 {
@@ -334,6 +358,25 @@ mod tests {
         let (chosen, _) = usable_ports(&devices, &HcaFilter::parse(Some("mlx5_0:2")).unwrap());
         assert!(chosen.is_empty(), "the only port named is down");
         assert!(usable_ports(&[], &HcaFilter::default()).0.is_empty());
+    }
+
+    #[test]
+    fn ports_on_the_local_numa_node_come_first() {
+        let port = |device: &str, numa: Option<i32>| PortChoice {
+            device: device.into(),
+            port: 1,
+            link_layer: LinkLayer::InfiniBand,
+            speed_mbps: 400_000,
+            pci: Some("0000:05:00.0".into()),
+            numa,
+        };
+        let ports = vec![port("a", Some(0)), port("b", Some(1)), port("c", None), port("d", Some(1))];
+        let names = |v: Vec<PortChoice>| v.into_iter().map(|p| p.device).collect::<Vec<_>>();
+        assert_eq!(names(prefer_numa(ports.clone(), Some(1))), ["b", "d", "a", "c"]);
+        assert_eq!(names(prefer_numa(ports.clone(), None)), ["a", "b", "c", "d"]);
+        assert_eq!(names(prefer_numa(ports.clone(), Some(7))), ["a", "b", "c", "d"]);
+        assert_eq!(describe_port(&ports[0]), "a:1/IB 400 Gb/s, PCI 0000:05:00.0, NUMA 0");
+        assert_eq!(describe_port(&PortChoice { speed_mbps: 0, pci: None, numa: None, ..ports[2].clone() }), "c:1/IB");
     }
 
     #[test]
