@@ -293,6 +293,9 @@ impl SendFlow {
 
     /// Handles completions, notices a closed peer, and writes every message whose CTS arrived.
     pub fn progress(&mut self, rdma: &mut dyn Rdma) -> Result<()> {
+        // Closure is sampled before polling: whatever the peer did before it closed is in
+        // the completion queue by then, so only requests it truly left unfinished fail.
+        let closing = !self.closed && rdma.peer_closed();
         let mut done = std::mem::take(&mut self.scratch);
         done.clear();
         let polled = rdma.poll(&mut done);
@@ -301,7 +304,7 @@ impl SendFlow {
         }
         self.scratch = done;
         polled?;
-        if !self.closed && rdma.peer_closed() {
+        if closing {
             self.closed = true;
             let waiting =
                 self.reqs.iter().filter(|r| matches!(r.state, SendState::Waiting | SendState::Writing { .. })).count();
@@ -580,6 +583,8 @@ impl RecvFlow {
     }
 
     pub fn progress(&mut self, rdma: &mut dyn Rdma) -> Result<()> {
+        // As on the send side: closure sampled first, then the completions drained.
+        let closing = !self.closed && rdma.peer_closed();
         let mut done = std::mem::take(&mut self.scratch);
         done.clear();
         let polled = rdma.poll(&mut done);
@@ -588,7 +593,7 @@ impl RecvFlow {
         }
         self.scratch = done;
         polled?;
-        if !self.closed && rdma.peer_closed() {
+        if closing {
             self.closed = true;
             let waiting =
                 self.reqs.iter().filter(|r| matches!(r.state, RecvState::Queued | RecvState::Posted { .. })).count();

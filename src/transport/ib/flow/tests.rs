@@ -449,6 +449,27 @@ fn a_peer_that_closes_fails_outstanding_requests_only() {
 }
 
 #[test]
+fn data_that_arrived_before_the_peer_closed_still_completes() {
+    // The sender writes, completes and goes away; the receiver has not polled yet. Its next
+    // progress sees both the closure and the data: the receive succeeds.
+    let mut p = Pair::new(64, MAX_WRITE);
+    let data = pattern(8, 4);
+    let mut buf = vec![0u8; 8];
+    let s = p.isend(&data).unwrap();
+    let r = p.irecv(&mut buf).unwrap();
+    p.recv.progress(&mut p.recv_end).unwrap(); // CTS out
+    p.send.progress(&mut p.send_end).unwrap(); // data out
+    p.send.progress(&mut p.send_end).unwrap();
+    assert_eq!(p.send.test(s).unwrap(), Some(8));
+    p.sim.close(0);
+    p.recv.progress(&mut p.recv_end).unwrap();
+    assert_eq!(p.recv.test(r).unwrap(), Some(8));
+    assert_eq!(buf, data);
+    // Afterwards nothing new can be posted.
+    assert_eq!(p.recv.post(buf.as_mut_ptr() as u64, 8, 1).unwrap_err().code(), ncclResult_t::ncclRemoteError);
+}
+
+#[test]
 fn garbage_in_the_fifo_is_a_protocol_error() {
     let mut p = Pair::new(64, MAX_WRITE);
     let data = pattern(8, 0);
