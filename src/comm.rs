@@ -594,6 +594,10 @@ fn ib_network(ports: &[PortChoice], required: bool) -> Result<Arc<dyn Net>> {
                 log::info!(target: "NET", "NET/IB : not using {} (this transport uses one port)", others.join(", "));
             }
             log::info!(target: "NET", "{}", IB_TLS_NOTE);
+            log::warn!(
+                target: "NET",
+                "NET/IB : this transport has not yet run on RDMA hardware; NCCL_NET=Socket or NCCL_IB_DISABLE=1 uses sockets instead"
+            );
             Ok(Arc::new(net))
         }
         Err(e) if required => Err(e.context("NCCL_NET=IB")),

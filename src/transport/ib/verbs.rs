@@ -194,9 +194,24 @@ fn placement(name: &str) -> (Option<String>, Option<i32>) {
     (pci, numa)
 }
 
+/// Makes registered memory safe across fork() (ibv_fork_init, which must come before any
+/// other verbs call, as NCCL does it). Once per process; a failure is only logged (TRACE):
+/// on kernels without RDMA support nothing is ever registered anyway.
+fn fork_init_once() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: no preconditions; called before any other verbs function of this process.
+        let rc = unsafe { sys::ibv_fork_init() };
+        if rc != 0 {
+            log::trace!(target: "NET", "NET/IB : ibv_fork_init: {}", io::Error::from_raw_os_error(rc.abs()));
+        }
+    });
+}
+
 /// Every HCA with its ports. An error means the verbs library could not list devices at all
 /// (no kernel RDMA support: ENOSYS), which callers treat as "no device".
 pub fn probe() -> std::result::Result<Vec<DeviceInfo>, String> {
+    fork_init_once();
     let list = DeviceList::get().map_err(|e| format!("ibv_get_device_list: {e}"))?;
     let mut devices = Vec::new();
     for i in 0..list.len {
@@ -299,6 +314,7 @@ pub struct VerbsFabric {
 impl VerbsFabric {
     /// Opens the chosen port.
     pub fn open(choice: &PortChoice, settings: IbSettings) -> Result<VerbsFabric> {
+        fork_init_once();
         let list = DeviceList::get().map_err(|e| Error::system("ibv_get_device_list", e))?;
         let i = (0..list.len)
             .find(|&i| list.name(i) == choice.device)
