@@ -35,7 +35,7 @@ pub mod verbs;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -52,6 +52,8 @@ use crate::wire::{ConnKind, Hello, IbConnInfo, IbRole, CTS_BYTES, IB_CONN_INFO_B
 pub const SQ_DEPTH: usize = 2 * FIFO_SLOTS;
 /// The byte a sender sends once its queue pair is ready to send.
 const READY: u8 = 0x52;
+/// Setup connections a listener works on at once; more are closed at once.
+const MAX_PENDING_SETUPS: usize = 64;
 /// How often the halves look at the setup socket for a closed peer.
 const CLOSE_CHECK: Duration = Duration::from_millis(50);
 
@@ -184,8 +186,9 @@ impl<F: Fabric> Net for IbNet<F> {
 
 type Accepted = (ConnectorId, Box<dyn NetRecv>);
 
-/// Accepts setup connections on a thread of its own (a slow or hostile peer never stalls the
-/// progress loop) and hands finished receive halves over a channel.
+/// Accepts setup connections on a thread of its own and runs each one's setup on a thread of
+/// its own (a slow or hostile peer stalls neither the progress loop nor other peers' setups),
+/// handing finished receive halves over a channel.
 struct IbListener {
     accepted: mpsc::Receiver<Accepted>,
     stop: Arc<AtomicBool>,
@@ -200,7 +203,7 @@ impl IbListener {
         listener.set_nonblocking(true).map_err(|e| Error::system("O_NONBLOCK", e))?;
         let thread = std::thread::Builder::new()
             .name("ferroccl-ib-accept".into())
-            .spawn(move || accept_loop(&listener, magic, &*fabric, &fabric, &tx, &st))
+            .spawn(move || accept_loop(&listener, magic, &fabric, &tx, &st))
             .map_err(|e| Error::system("spawn IB acceptor thread", e))?;
         Ok(IbListener { accepted: rx, stop, thread: Some(thread) })
     }
@@ -218,21 +221,35 @@ impl Drop for IbListener {
 fn accept_loop<F: Fabric>(
     listener: &TcpListener,
     magic: u64,
-    fabric: &F,
-    shared: &Arc<F>,
+    fabric: &Arc<F>,
     tx: &mpsc::Sender<Accepted>,
     stop: &AtomicBool,
 ) {
+    let pending = Arc::new(AtomicUsize::new(0));
     while !stop.load(Ordering::Acquire) {
         match listener.accept() {
-            Ok((tcp, from)) => match accept_one(tcp, magic, fabric, shared) {
-                Ok(done) => {
-                    if tx.send(done).is_err() {
-                        return;
-                    }
+            Ok((tcp, from)) => {
+                if pending.load(Ordering::Acquire) >= MAX_PENDING_SETUPS {
+                    log::warn!(target: "NET", "NET/IB : too many setup connections in progress; dropped {from}");
+                    continue;
                 }
-                Err(e) => log::warn!(target: "NET", "NET/IB : dropped setup connection from {from}: {e}"),
-            },
+                pending.fetch_add(1, Ordering::AcqRel);
+                let (fabric, tx, done) = (fabric.clone(), tx.clone(), pending.clone());
+                // One thread per setup connection: a slow or silent peer holds only its own.
+                let spawned = std::thread::Builder::new().name("ferroccl-ib-setup".into()).spawn(move || {
+                    match accept_one(tcp, magic, &fabric) {
+                        Ok(accepted) => {
+                            let _ = tx.send(accepted); // the listener may be gone: then dropped
+                        }
+                        Err(e) => log::warn!(target: "NET", "NET/IB : dropped setup connection from {from}: {e}"),
+                    }
+                    done.fetch_sub(1, Ordering::AcqRel);
+                });
+                if let Err(e) = spawned {
+                    log::warn!(target: "NET", "NET/IB : dropped setup connection from {from}: spawn: {e}");
+                    pending.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::Interrupted => {
                 socket::wait_readable(listener, Duration::from_millis(50));
             }
@@ -245,7 +262,7 @@ fn accept_loop<F: Fabric>(
 }
 
 /// The receiving side's setup for one connection (bounded by the setup timeout).
-fn accept_one<F: Fabric>(tcp: std::net::TcpStream, magic: u64, fabric: &F, shared: &Arc<F>) -> Result<Accepted> {
+fn accept_one<F: Fabric>(tcp: std::net::TcpStream, magic: u64, fabric: &Arc<F>) -> Result<Accepted> {
     tcp.set_nonblocking(false).map_err(|e| Error::system("O_NONBLOCK", e))?;
     let deadline = Instant::now() + socket::setup_timeout();
     let mut ctrl = Stream::establish(tcp, Role::Server, deadline)?;
@@ -272,7 +289,7 @@ fn accept_one<F: Fabric>(tcp: std::net::TcpStream, magic: u64, fabric: &F, share
         ep: Endpoint::new(qp, ctrl),
         flow: RecvFlow::new(peer, fifo, SQ_DEPTH),
         regs: HashMap::new(),
-        fabric: shared.clone(),
+        fabric: fabric.clone(),
     };
     Ok((id, Box::new(recv)))
 }

@@ -231,6 +231,22 @@ fn the_listener_drops_bad_setup_connections_and_goes_on() {
 }
 
 #[test]
+fn a_silent_client_does_not_hold_up_other_setups() {
+    let (net, _) = net();
+    let magic = 0x1b1b_0000_0000_0005;
+    let (handle, mut listener) = net.listen(magic).unwrap();
+    let addr = decode_addr(&handle).unwrap();
+    // Connects and never says anything (its setup waits for the setup timeout, 120 s).
+    let _silent: Vec<std::net::TcpStream> = (0..3).map(|_| std::net::TcpStream::connect(addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let started = Instant::now();
+    let _send = net.connect(&handle, ConnectorId { comm_magic: magic, rank: 2, channel: 0 }).unwrap();
+    let (id, _) = accept(&mut listener);
+    assert_eq!(id.rank, 2);
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+}
+
+#[test]
 fn size_mismatch_over_the_network_fails_both_halves() {
     let (net, _) = net();
     let magic = 0x1b1b_0000_0000_0004;
