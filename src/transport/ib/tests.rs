@@ -273,3 +273,71 @@ fn size_mismatch_over_the_network_fails_both_halves() {
         assert!(e.to_string().contains("message size mismatch"), "{e}");
     }
 }
+
+/// Under a pre-shared key every setup connection is TLS and is recorded as such, a plaintext
+/// client is dropped, and data still moves. The key is process-wide, so this runs in a child
+/// process (this test binary again, with [`TLS_CHILD`] set).
+#[cfg(feature = "openssl3")]
+#[test]
+fn setup_runs_over_tls_under_a_psk() {
+    const NAME: &str = "transport::ib::tests::setup_runs_over_tls_under_a_psk";
+    if std::env::var_os(TLS_CHILD).is_some() {
+        return tls_child();
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+        .env(TLS_CHILD, "1")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("IB-TLS OK"), "the child did not run the scenario:\n{text}");
+}
+
+#[cfg(feature = "openssl3")]
+const TLS_CHILD: &str = "FERROCCL_IB_TLS_CHILD";
+
+#[cfg(feature = "openssl3")]
+fn tls_child() {
+    use std::io::{Read, Write};
+    crate::encryption::set(Some(b"ib-unit-test-psk-0123456789abcdef-0123".to_vec())).unwrap();
+    let (net, fabric) = net();
+    let magic = 0x1b1b_0000_0000_0077;
+    let (handle, mut listener) = net.listen(magic).unwrap();
+    let addr = decode_addr(&handle).unwrap();
+    // A plaintext client speaking the protocol is dropped (its TLS handshake never happens).
+    let mut plain = std::net::TcpStream::connect(addr).unwrap();
+    plain.write_all(&Hello { magic, kind: ConnKind::IbSetup, rank: 9, extra: 0 }.encode()).unwrap();
+    plain.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut b = [0u8; 64];
+    let answered = plain.read(&mut b).unwrap_or(0);
+    assert!(answered == 0 || b[0] == 0x15, "a plaintext client got an answer other than an alert");
+    let mut send = net.connect(&handle, ConnectorId { comm_magic: magic, rank: 4, channel: 0 }).unwrap();
+    let (id, mut recv) = accept(&mut listener);
+    assert_eq!(id.rank, 4, "the plaintext client was not accepted");
+    let conns = tls::connections(magic);
+    for owner in [tls::Owner::Rank(4), tls::Owner::Listener] {
+        assert!(
+            conns
+                .iter()
+                .any(|(o, c, s, n)| *o == owner && *c == tls::Channel::NetIb && s.is_encrypted() && n.live == 1),
+            "{owner:?}: {conns:?}"
+        );
+    }
+    assert!(conns.iter().all(|(_, _, s, _)| s.is_encrypted()), "{conns:?}");
+    let mut data = (0..5000u32).map(|i| i as u8).collect::<Vec<u8>>();
+    let mut buf = vec![0u8; 5000];
+    let s = send.isend(region(&mut data)).unwrap().unwrap();
+    let r = recv.irecv(region(&mut buf)).unwrap().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (mut sent, mut got) = (false, false);
+    while !(sent && got) {
+        assert!(Instant::now() < deadline, "stalled");
+        sent = sent || send.test(s).unwrap().is_some();
+        got = got || recv.test(r).unwrap().is_some();
+    }
+    assert_eq!(buf, data);
+    drop((send, recv));
+    assert_eq!(*fabric.live.lock().unwrap(), 0);
+    println!("IB-TLS OK");
+}
