@@ -10,6 +10,9 @@
 #   TLS_BACKEND=           no TLS (default; the library has no OpenSSL dependency)
 #   TLS_BACKEND=OPENSSL3   cargo feature `openssl3` (needs OpenSSL >= 3.0 development files)
 #   MPI=auto|0|1           cargo feature `mpi` (auto: on when $(MPICC) is on PATH)
+#   IB=auto|0|1            cargo feature `ib`, the InfiniBand/RoCE transport (auto: on when
+#                          pkg-config finds libibverbs and cmake is on PATH, which the
+#                          ibverbs-sys build script needs, with libclang and libnl dev files)
 #   CARGO_TARGET_DIR=<dir> cargo's target directory (default: ./target)
 #   BUILDDIR=<dir>         staging directory (default: ./build)
 #   CARGO_FLAGS=...        extra cargo arguments (e.g. --locked, --offline)
@@ -70,10 +73,22 @@ else
   $(error MPI must be auto, 0 or 1, got '$(MPI)')
 endif
 
+# ---------------------------------------------------------------------- IB
+IB ?= auto
+ifeq ($(strip $(IB)),auto)
+  WITH_IB := $(if $(and $(shell $(PKG_CONFIG) --exists libibverbs 2>/dev/null && echo y),$(shell command -v cmake 2>/dev/null)),1,0)
+else ifeq ($(strip $(IB)),1)
+  WITH_IB := 1
+else ifeq ($(strip $(IB)),0)
+  WITH_IB := 0
+else
+  $(error IB must be auto, 0 or 1, got '$(IB)')
+endif
+
 empty :=
 space := $(empty) $(empty)
 comma := ,
-FEATURES := $(strip $(TLS_FEATURE) $(if $(filter 1,$(WITH_MPI)),mpi))
+FEATURES := $(strip $(TLS_FEATURE) $(if $(filter 1,$(WITH_MPI)),mpi) $(if $(filter 1,$(WITH_IB)),ib))
 FEATURES_CSV := $(subst $(space),$(comma),$(FEATURES))
 CARGO_FEATURE_ARGS := $(if $(FEATURES),--features $(FEATURES_CSV))
 # MPICC reaches cargo (rsmpi's build script) only when the user set it, as in the CMake build,
@@ -113,13 +128,13 @@ MPI_EXAMPLES  ?= $(patsubst examples/c/%.c,$(BUILDDIR)/examples/c/%,$(sort $(wil
                  $(if $(filter $(MPIF90),$(FORTRAN_FC)),$(patsubst examples/fortran/%.f90,$(BUILDDIR)/examples/fortran/%,$(sort $(wildcard examples/fortran/*.f90))))
 RPATH_FLAGS   := -Wl,-rpath,$(BUILDDIR)/lib
 
-.PHONY: all src.build check-tls check-mpi header check-header fortran install uninstall \
+.PHONY: all src.build check-tls check-mpi check-ib header check-header fortran install uninstall \
         test test-c test-fortran test-mpi test-packaging clean distclean print-config FORCE
 
 all: src.build
 
 print-config:
-	@echo "VERSION=$(VERSION) TLS_BACKEND=$(TLS_BACKEND) MPI=$(MPI) (WITH_MPI=$(WITH_MPI))"
+	@echo "VERSION=$(VERSION) TLS_BACKEND=$(TLS_BACKEND) MPI=$(MPI) (WITH_MPI=$(WITH_MPI)) IB=$(IB) (WITH_IB=$(WITH_IB))"
 	@echo "FEATURES=$(FEATURES_CSV) CARGO_TARGET_DIR=$(CARGO_TARGET_DIR) BUILDDIR=$(BUILDDIR)"
 	@echo "FORTRAN_FC=$(FORTRAN_FC) FORTRAN_DEFS=$(FORTRAN_DEFS)"
 
@@ -140,7 +155,14 @@ ifeq ($(WITH_MPI),1)
 	  exit 1; }
 endif
 
-src.build: check-tls check-mpi
+check-ib:
+ifeq ($(WITH_IB),1)
+	@$(PKG_CONFIG) --exists libibverbs 2>/dev/null || { \
+	  echo "error: IB=$(IB) needs libibverbs (pkg-config libibverbs; apt-get install libibverbs-dev cmake libclang1-14 libclang-common-14-dev libnl-3-dev libnl-route-3-dev), or build with IB=0." >&2; \
+	  exit 1; }
+endif
+
+src.build: check-tls check-mpi check-ib
 	@test -f include/nccl.h || { echo "error: include/nccl.h is missing: run 'make header'" >&2; exit 1; }
 	@mkdir -p $(BUILDDIR)/lib $(BUILDDIR)/include
 	$(CARGO_ENV)$(CARGO) rustc --release --lib --manifest-path $(CURDIR)/Cargo.toml \
@@ -158,6 +180,7 @@ src.build: check-tls check-mpi
 	   echo "FERROCCL_TLS_BACKEND='$(strip $(TLS_BACKEND))'"; \
 	   echo "FERROCCL_WITH_TLS=$(WITH_TLS)"; \
 	   echo "FERROCCL_WITH_MPI=$(WITH_MPI)"; \
+	   echo "FERROCCL_WITH_IB=$(WITH_IB)"; \
 	   echo "FERROCCL_FEATURES='$(FEATURES_CSV)'"; \
 	   echo "FERROCCL_NATIVE_STATIC_LIBS='$$(cat $(BUILDDIR)/native-static-libs.txt)'"; \
 	   echo "FERROCCL_BUILT_BY=make"; } > $(BUILDDIR)/ferroccl-build.env

@@ -81,11 +81,17 @@ if(WITH_MPI)
 else()
   set(_mpi 0)
 endif()
+if(FEATURES MATCHES "(^|,)ib(,|$)")
+  set(_ib 1)
+else()
+  set(_ib 0)
+endif()
 write_if_changed("${STAGE_DIR}/ferroccl-build.env"
 "FERROCCL_VERSION='${VERSION}'
 FERROCCL_TLS_BACKEND='${TLS_BACKEND}'
 FERROCCL_WITH_TLS=${_tls}
 FERROCCL_WITH_MPI=${_mpi}
+FERROCCL_WITH_IB=${_ib}
 FERROCCL_FEATURES='${FEATURES}'
 FERROCCL_NATIVE_STATIC_LIBS='${_libs}'
 FERROCCL_BUILT_BY=cmake

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ferroccl's whole test suite (the README's test command; .ci/run calls it):
-#   cargo fmt --check; cargo clippy -D warnings (default features, openssl3, openssl3+mpi);
+#   cargo fmt --check; cargo clippy -D warnings (default features, openssl3, openssl3+mpi+ib);
 #   make check-header; the layer check (tests/it/layers.rs: no cycle between top-level modules);
-#   cargo test --release --features openssl3,mpi; the benchmark's tests
+#   cargo test --release --features openssl3,mpi(,ib when pkg-config finds libibverbs); the benchmark's tests
 #   (cargo test --release -p ferroccl-bench --features tls: the encryption canary end to end);
 #   make test-packaging; make test-mpi.
 # Every step runs even when an earlier one failed; a summary table comes last, and the exit
@@ -19,6 +19,11 @@ if [ "$(id -u)" = 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 export OMPI_MCA_rmaps_base_oversubscribe=${OMPI_MCA_rmaps_base_oversubscribe:-1}
+
+# The IB transport's verbs edge (feature ib) is built, linted and tested where libibverbs is
+# installed, as `make` builds it (IB=auto); its pure logic is tested in every build.
+IB_FEATURE=""
+if pkg-config --exists libibverbs 2>/dev/null && command -v cmake >/dev/null; then IB_FEATURE=",ib"; fi
 
 steps=${FERROCCL_STEPS:-fmt clippy clippy-openssl3 clippy-all check-header layers cargo-test bench-test test-packaging test-mpi}
 names=()
@@ -43,10 +48,10 @@ run_step() { # name cmd...
 run_step fmt             "$CARGO" fmt --all -- --check --color never
 run_step clippy          "$CARGO" clippy --workspace --all-targets -- -D warnings
 run_step clippy-openssl3 "$CARGO" clippy --all-targets --features openssl3 -- -D warnings
-run_step clippy-all      "$CARGO" clippy --workspace --all-targets --features openssl3,mpi,ferroccl-bench/tls -- -D warnings
+run_step clippy-all      "$CARGO" clippy --workspace --all-targets --features openssl3,mpi$IB_FEATURE,ferroccl-bench/tls -- -D warnings
 run_step check-header    "$MAKE" --no-print-directory check-header
-run_step layers          "$CARGO" test --release --features openssl3,mpi --test it layers::
-run_step cargo-test      "$CARGO" test --release --features openssl3,mpi
+run_step layers          "$CARGO" test --release --features openssl3,mpi$IB_FEATURE --test it layers::
+run_step cargo-test      "$CARGO" test --release --features openssl3,mpi$IB_FEATURE
 run_step bench-test      "$CARGO" test --release -p ferroccl-bench --features tls
 run_step test-packaging  "$MAKE" --no-print-directory test-packaging
 run_step test-mpi        "$MAKE" --no-print-directory test-mpi

@@ -22,8 +22,9 @@ use crate::config::CommConfig;
 use crate::error::{Error, Result};
 use crate::interrupt::Interrupt;
 use crate::reduce::Reduction;
+use crate::transport::ib::hca::PortChoice;
 use crate::transport::links::{Links, PeerLink, TierPolicy};
-use crate::transport::net_select::{self, NetKind, NetPolicy, SysfsIbProbe};
+use crate::transport::net_select::{self, NetKind, NetPolicy};
 use crate::transport::node_area::NodeArea;
 use crate::transport::socket_net::SocketNet;
 use crate::transport::Net;
@@ -533,12 +534,17 @@ pub fn shrink_exclusions(nranks: usize, rank: usize, excluded: &[c_int]) -> Resu
 fn network() -> Result<Arc<dyn Net>> {
     static NET: OnceLock<std::result::Result<Arc<dyn Net>, Error>> = OnceLock::new();
     let net = NET.get_or_init(|| {
-        let selection = net_select::select(&NetPolicy::from_env(), &SysfsIbProbe::system());
+        let policy = NetPolicy::from_env();
+        let selection = net_select::select(&policy, &*net_select::system_probe());
+        for line in &selection.trace {
+            log::trace!(target: "NET", "{line}");
+        }
         for line in &selection.log {
             log::info!(target: "NET", "{line}");
         }
         match selection.kind? {
             NetKind::Socket => socket_network(),
+            NetKind::Ib(ports) => ib_network(&ports, policy.wants_ib()),
         }
     });
     match net {
@@ -546,6 +552,71 @@ fn network() -> Result<Arc<dyn Net>> {
         Err(e) => Err(Error::invalid_usage(e.to_string())),
     }
 }
+
+/// The IB network on the first chosen port. A port that cannot be opened fails init when
+/// NCCL_NET=IB asked for IB, else it is logged and sockets are used.
+#[cfg(feature = "ib")]
+fn ib_network(ports: &[PortChoice], required: bool) -> Result<Arc<dyn Net>> {
+    use crate::transport::ib::hca::{describe_port, prefer_numa, IbSettings};
+    use crate::transport::ib::{verbs::VerbsFabric, IbNet};
+    // Placement from the topology (hwloc) where sysfs said nothing; then the caller's NUMA
+    // node first.
+    let topo = crate::topo::Topology::system();
+    let mut ports = ports.to_vec();
+    for p in &mut ports {
+        if let Some(dev) = topo.device_by_name(&p.device) {
+            p.pci.get_or_insert_with(|| dev.bus_id.to_string());
+            if p.numa.is_none() {
+                p.numa = dev.numa_nodes.first().map(|&n| n as i32);
+            }
+        }
+    }
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = u32::try_from(unsafe { libc::sched_getcpu() }).ok();
+    let local = cpu.and_then(|c| topo.numa_nodes().iter().find(|n| n.cpuset.contains(c))).map(|n| n.os_index as i32);
+    let ports = prefer_numa(ports, local);
+    for p in &ports {
+        log::info!(target: "NET", "NET/IB : usable port {}", describe_port(p));
+    }
+    let Some(port) = ports.first() else {
+        return Err(Error::internal("IB chosen without a port"));
+    };
+    let opened = IbSettings::from_env().and_then(|settings| {
+        let fabric = VerbsFabric::open(port, settings)?;
+        let iface = crate::transport::netif::pick().map_err(|e| Error::invalid_usage(e.to_string()))?;
+        Ok((fabric, iface))
+    });
+    match opened {
+        Ok((fabric, iface)) => {
+            let net = IbNet::new(Arc::new(fabric), iface);
+            log::info!(target: "NET", "NET/IB : Using {}", net.describe());
+            if ports.len() > 1 {
+                let others: Vec<String> = ports[1..].iter().map(PortChoice::label).collect();
+                log::info!(target: "NET", "NET/IB : not using {} (this transport uses one port)", others.join(", "));
+            }
+            log::info!(target: "NET", "{}", IB_TLS_NOTE);
+            log::warn!(
+                target: "NET",
+                "NET/IB : this transport has not yet run on RDMA hardware; NCCL_NET=Socket or NCCL_IB_DISABLE=1 uses sockets instead"
+            );
+            Ok(Arc::new(net))
+        }
+        Err(e) if required => Err(e.context("NCCL_NET=IB")),
+        Err(e) => {
+            log::warn!(target: "NET", "NET/IB : cannot use {}: {e}; using sockets", port.label());
+            socket_network()
+        }
+    }
+}
+
+#[cfg(not(feature = "ib"))]
+fn ib_network(_ports: &[PortChoice], _required: bool) -> Result<Arc<dyn Net>> {
+    Err(Error::internal("IB chosen in a build without the IB transport"))
+}
+
+/// Said whenever the IB network is used: what TLS covers and what it does not.
+pub const IB_TLS_NOTE: &str =
+    "NET/IB : RDMA data is outside the TLS boundary (not encrypted); only connection setup uses the encrypted sockets";
 
 fn socket_network() -> Result<Arc<dyn Net>> {
     let iface = crate::transport::netif::pick().map_err(|e| Error::invalid_usage(e.to_string()))?;

@@ -28,7 +28,9 @@ pub struct Coverage {
     pub net: &'static str,
     /// Open network connections of this rank (sends + receives).
     pub net_conns: usize,
-    /// Protection of the communicator's open data connections in this process.
+    /// Protection of the communicator's open data connections in this process (socket
+    /// transport), or of the setup connections of its IB connections (IB: the RDMA data
+    /// itself is never encrypted).
     pub net_security: Vec<Security>,
     /// Open shared-memory connections of this rank (outside the TLS boundary).
     pub shm: usize,
@@ -53,6 +55,8 @@ impl Coverage {
         let mut bootstrap: Vec<(Security, u64)> = Vec::new();
         let mut root: Vec<(Security, u64)> = Vec::new();
         let mut net_security: Vec<Security> = Vec::new();
+        // IB: the setup sockets are what TLS covers; the RDMA data is outside it.
+        let data_channel = if net == "IB" { Channel::NetIb } else { Channel::NetSocket };
         let add = |v: &mut Vec<(Security, u64)>, s: Security, n: u64| match v.iter_mut().find(|(x, _)| *x == s) {
             Some(e) => e.1 += n,
             None => v.push((s, n)),
@@ -63,7 +67,7 @@ impl Coverage {
                     add(&mut bootstrap, security, counts.opened)
                 }
                 (Owner::Root, Channel::Bootstrap) => add(&mut root, security, counts.opened),
-                (_, Channel::NetSocket) if counts.live > 0 && !net_security.contains(&security) => {
+                (_, c) if c == data_channel && counts.live > 0 && !net_security.contains(&security) => {
                     net_security.push(security)
                 }
                 _ => {}
@@ -104,10 +108,20 @@ impl Coverage {
         }
     }
 
-    /// Connections of this rank that were not encrypted.
+    /// Whether the network's data bypasses TLS whatever the sockets do (RDMA).
+    pub fn net_data_outside_tls(&self) -> bool {
+        self.net == "IB"
+    }
+
+    /// Connections of this rank that were not encrypted (every IB connection: its data is
+    /// RDMA, outside TLS).
     pub fn plaintext(&self) -> u64 {
         let boot: u64 = self.bootstrap.iter().filter(|(s, _)| !s.is_encrypted()).map(|(_, n)| n).sum();
-        let net = if self.net_security.iter().any(|s| !s.is_encrypted()) { self.net_conns as u64 } else { 0 };
+        let net = if self.net_data_outside_tls() || self.net_security.iter().any(|s| !s.is_encrypted()) {
+            self.net_conns as u64
+        } else {
+            0
+        };
         boot + net
     }
 
@@ -124,6 +138,10 @@ impl Coverage {
             [one] => format!(" {one}"),
             many => format!(" {}", many.iter().map(|s| s.to_string()).collect::<Vec<_>>().join("|")),
         };
+        if self.net_data_outside_tls() {
+            let setup = if sec.is_empty() { String::new() } else { format!("; setup{sec}") };
+            return format!("NET/{} {} (RDMA data outside TLS boundary{setup})", self.net, self.net_conns);
+        }
         format!("NET/{} {}{sec}", self.net, self.net_conns)
     }
 
@@ -171,7 +189,7 @@ impl Coverage {
         format!(
             "{{\"comm\":\"{:#018x}\",\"rank\":{},\"nranks\":{},\"encryption\":\"{}\",\"policy\":\"{}\",\
              \"bootstrap\":{},\"bootstrap_root\":{},\
-             \"net\":{{\"transport\":\"NET/{}\",\"count\":{},\"security\":[{}]}},\
+             \"net\":{{\"transport\":\"NET/{}\",\"count\":{},\"security\":[{}]{}}},\
              \"shm\":{{\"count\":{},\"encrypted\":false,\"note\":\"outside TLS boundary\"}},\
              \"node_area\":{{\"ranks\":{},\"encrypted\":false,\"note\":\"outside TLS boundary\"}},\
              \"plaintext\":{},\"rekeys\":{}}}",
@@ -185,10 +203,58 @@ impl Coverage {
             self.net,
             self.net_conns,
             net_sec.join(","),
+            if self.net_data_outside_tls() {
+                ",\"data\":{\"encrypted\":false,\"note\":\"RDMA, outside TLS boundary; security is the setup connections'\"}"
+            } else {
+                ""
+            },
             self.shm,
             self.node_area_ranks,
             self.plaintext(),
             self.rekeys
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encryption::Policy;
+
+    fn sample(net: &'static str, net_security: Vec<Security>) -> Coverage {
+        Coverage {
+            magic: 0x1234,
+            rank: 0,
+            nranks: 2,
+            encryption: true,
+            policy: Policy::Default,
+            bootstrap: vec![(Security::Tls { protocol: "TLS1.3", cipher: "X", group: "Y" }, 2)],
+            root: vec![],
+            net,
+            net_conns: 2,
+            net_security,
+            shm: 0,
+            node_area_ranks: 0,
+            rekeys: 0,
+        }
+    }
+
+    #[test]
+    fn ib_data_is_reported_outside_the_tls_boundary() {
+        let tls = Security::Tls { protocol: "TLS1.3", cipher: "TLS_AES_128_GCM_SHA256", group: "X25519" };
+        let c = sample("IB", vec![tls]);
+        let line = c.line();
+        assert!(
+            line.contains("NET/IB 2 (RDMA data outside TLS boundary; setup TLS1.3/TLS_AES_128_GCM_SHA256)"),
+            "{line}"
+        );
+        assert!(line.contains("plaintext 2,"), "the RDMA data counts as plaintext: {line}");
+        let json = c.json();
+        assert!(json.contains("\"data\":{\"encrypted\":false,\"note\":\"RDMA, outside TLS boundary"), "{json}");
+        // Sockets under TLS: nothing outside it, no data note.
+        let c = sample("Socket", vec![tls]);
+        assert!(c.line().contains("NET/Socket 2 TLS1.3/TLS_AES_128_GCM_SHA256,"), "{}", c.line());
+        assert!(c.line().contains("plaintext 0,"), "{}", c.line());
+        assert!(!c.json().contains("\"data\""));
     }
 }

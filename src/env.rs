@@ -123,10 +123,26 @@ pub static PARAMS: &[Param] = &[
         "NCCL_NET",
         Str,
         "",
-        "Network of the NET transport: IB or Socket (any case); unset takes IB when present and \
-         supported, else Socket; IB when unavailable fails init with ncclInvalidUsage",
+        "Network of the NET transport: IB or Socket (any case); unset takes IB when a usable HCA \
+         port is present (builds with the ib feature), else Socket; IB when unavailable fails \
+         init with ncclInvalidUsage",
     ),
     param("NCCL_IB_DISABLE", Bool, "0", "1 disables InfiniBand/RoCE; the network transport uses sockets"),
+    param(
+        "NCCL_IB_HCA",
+        Str,
+        "",
+        "HCA ports IB may use: comma list of name[:port] (NCCL's :rail:plane accepted, ignored); \
+         a leading ^ excludes them, = matches names exactly instead of as prefixes",
+    ),
+    param(
+        "NCCL_IB_GID_INDEX",
+        Int,
+        "-1",
+        "GID table index for RoCE (0-255); -1 picks the first RoCE v2 IPv4-mapped GID, else the first RoCE v2 one, else 0",
+    ),
+    param("NCCL_IB_TIMEOUT", Int, "20", "IB local ACK timeout exponent (1-31): 4.096 us x 2^value before a retry"),
+    param("NCCL_IB_RETRY_CNT", Int, "7", "IB transport retries (0-7) before a send fails with ncclRemoteError"),
     param("NCCL_BUFFSIZE", Bytes, "4194304", "Size of each per-peer staging buffer"),
     // Algorithms and communicators.
     param(
@@ -194,7 +210,8 @@ pub static PARAMS: &[Param] = &[
         "FERROCCL_ENCRYPTION_POLICY",
         Str,
         "default",
-        "default follows ncclSetEncryption; strict sends all traffic over encrypted sockets",
+        "default follows ncclSetEncryption; strict sends all traffic over encrypted sockets (no shared \
+         memory, no IB: RDMA data cannot be encrypted)",
     ),
     param("FERROCCL_TLS_REKEY_BYTES", Bytes, "1G", "Bytes sent on one TLS connection before a TLS 1.3 KeyUpdate (0 disables rotation)"),
     param("FERROCCL_TOPO_DUMP", Str, "", "Write the detected topology to this path"),
@@ -683,6 +700,10 @@ mod tests {
         let s = snap(&[], &[]);
         assert_eq!(s.get_int("NCCL_SOCKET_RETRY_CNT"), 34);
         assert_eq!(s.get_int("NCCL_SOCKET_RETRY_SLEEP_MSEC"), 100);
+        assert_eq!(s.get_int_opt("NCCL_IB_GID_INDEX"), Some(-1));
+        assert_eq!(s.get_int("NCCL_IB_TIMEOUT"), 20);
+        assert_eq!(s.get_int("NCCL_IB_RETRY_CNT"), 7);
+        assert_eq!(s.get_str("NCCL_IB_HCA"), None);
         assert_eq!(s.get_int("FERROCCL_BOOTSTRAP_TIMEOUT"), 120);
         assert_eq!(s.get_bytes("NCCL_BUFFSIZE"), 4_194_304);
         assert_eq!(s.get_bytes("FERROCCL_CHUNK_SIZE"), 524_288);

@@ -87,6 +87,9 @@ pub enum Channel {
     Bootstrap,
     /// A socket of the socket transport.
     NetSocket,
+    /// The setup connection of an InfiniBand connection (queue-pair details; the RDMA data
+    /// itself never passes through it and is outside the TLS boundary).
+    NetIb,
 }
 
 type Key = (u64, Owner, Channel, Security);

@@ -4,6 +4,8 @@
 //! on: host memory runs on the calling thread as before; device memory runs ordered on the
 //! caller's CUDA stream.
 
+use std::os::fd::FromRawFd;
+
 use cudarc::driver::sys;
 
 use super::driver::{self, check};
@@ -118,6 +120,34 @@ pub fn alloc_internal_block(size: usize) -> Result<u64> {
     // SAFETY: callers run with a current context; the out-pointer is a live local.
     check(unsafe { sys::cuMemAlloc_v2(&mut dptr, size.max(1)) }, "cuMemAlloc")?;
     Ok(dptr)
+}
+
+/// A dma-buf file descriptor for the device range `addr..addr+len` (page-aligned), which an
+/// RDMA device registers with `ibv_reg_dmabuf_mr` (GPUDirect RDMA without nvidia_peermem).
+/// Fails where the driver or device cannot export dma-bufs (CUDA < 11.7, Linux < 5.12,
+/// CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 0). Not run on a GPU with an HCA yet.
+pub fn dmabuf_fd(addr: u64, len: usize) -> Result<std::os::fd::OwnedFd> {
+    if driver::current_context().is_none() {
+        return Err(Error::invalid_usage("dma-buf export of device memory needs a current CUDA context"));
+    }
+    let mut fd: std::ffi::c_int = -1;
+    // SAFETY: a context is current; the out-pointer is a live int, the size this handle type
+    // writes; the driver checks that the range is device memory it can export.
+    let res = unsafe {
+        sys::cuMemGetHandleForAddressRange(
+            &mut fd as *mut std::ffi::c_int as *mut std::ffi::c_void,
+            addr as sys::CUdeviceptr,
+            len,
+            sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+            0,
+        )
+    };
+    check(res, "cuMemGetHandleForAddressRange")?;
+    if fd < 0 {
+        return Err(Error::internal("cuMemGetHandleForAddressRange returned no descriptor"));
+    }
+    // SAFETY: the driver just opened this descriptor for us; nobody else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
 /// Reads `out.len()` bytes of device memory now (synchronously, outside stream order).

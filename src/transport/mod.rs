@@ -11,12 +11,15 @@
 //! NET tier at run time (IB when present and built, else sockets; `NCCL_NET`). [`links`] keeps
 //! one communicator's connections per peer over the tier chosen for it.
 //!
-//! Also here: [`socket`] (TCP building blocks the bootstrap uses too), [`socket_net`], [`shm`],
+//! [`ib`] is the InfiniBand/RoCE network (verbs behind the `ib` feature; its logic is pure and
+//! tested without hardware). Also here: [`socket`] (TCP building blocks the bootstrap uses
+//! too), [`socket_net`], [`shm`],
 //! [`node_area`], [`peer_mem`], [`netif`], and [`exchange`] (the all-gather transports need
 //! from the bootstrap, as a trait, so that they sit below it). Byte layouts are `wire`'s,
 //! reductions applied on receipt are `reduce`'s.
 
 pub mod exchange;
+pub mod ib;
 pub mod links;
 pub mod net_select;
 pub mod netif;

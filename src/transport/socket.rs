@@ -22,6 +22,7 @@ impl ConnKind {
         match self {
             ConnKind::Root | ConnKind::Ring | ConnKind::BootstrapP2p => tls::Channel::Bootstrap,
             ConnKind::Data => tls::Channel::NetSocket,
+            ConnKind::IbSetup => tls::Channel::NetIb,
         }
     }
 }

@@ -197,7 +197,7 @@ impl Transport for ShmTransport {
     }
 }
 
-/// The network (sockets today; see `net_select`): connects any two ranks.
+/// The network (sockets or IB; see `net_select`): connects any two ranks.
 pub struct NetTransport {
     net: Arc<dyn Net>,
     listener: Option<Box<dyn NetListener>>,

@@ -20,6 +20,8 @@ pub enum ConnKind {
     BootstrapP2p = 3,
     /// A data connection of the socket transport.
     Data = 4,
+    /// The setup connection of an InfiniBand connection (queue-pair details).
+    IbSetup = 5,
 }
 
 impl ConnKind {
@@ -29,6 +31,7 @@ impl ConnKind {
             2 => Some(ConnKind::Ring),
             3 => Some(ConnKind::BootstrapP2p),
             4 => Some(ConnKind::Data),
+            5 => Some(ConnKind::IbSetup),
             _ => None,
         }
     }

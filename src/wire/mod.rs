@@ -4,7 +4,8 @@
 //! Owns: socket addresses in ids, handles and tables ([`addr`]); the hello every connection
 //! starts with and the socket transport's frame header ([`hello`]); the unique id and the
 //! rendezvous root's messages ([`ids`]); what ranks learn about each other at init and split
-//! ([`peer_info`]). Not here: moving the bytes (`transport`, `bootstrap`) or acting on them.
+//! ([`peer_info`]); the InfiniBand transport's connection info and clear-to-send entries
+//! ([`ib`]). Not here: moving the bytes (`transport`, `bootstrap`) or acting on them.
 //!
 //! Invariants, for every decoder: the length is checked first, every field is read through
 //! `Reader` (no indexing, no `expect`), padding must be zero, and a decoder accepts only
@@ -13,11 +14,13 @@
 
 pub mod addr;
 pub mod hello;
+pub mod ib;
 pub mod ids;
 pub mod peer_info;
 
 pub use addr::{decode_addr, encode_addr, ADDR_BYTES};
 pub use hello::{frame_header, frame_len, ConnKind, Hello, FRAME_BYTES, FRAME_MAGIC, HELLO_BYTES};
+pub use ib::{CtsEntry, IbConnInfo, IbRole, LinkLayer, CTS_BYTES, IB_CONN_INFO_BYTES};
 pub use ids::{decode_table, encode_table, RankInfo, UniqueId};
 pub use peer_info::{PeerInfo, SplitEntry, MAX_NET_HANDLE, PEER_INFO_BYTES};
 
@@ -164,6 +167,9 @@ pub(crate) mod tests {
             ("peer info", peer.encode().unwrap()),
             ("split", SplitEntry { color: 3, key: -7 }.encode().to_vec()),
             ("le_i64", 17i64.to_le_bytes().to_vec()),
+            ("ib conn", ib::tests::sample(IbRole::Sender).encode().to_vec()),
+            ("ib conn recv", ib::tests::sample(IbRole::Receiver).encode().to_vec()),
+            ("cts", CtsEntry { addr: 0x1000, size: 4096, rkey: 9, seq: 3 }.encode().to_vec()),
         ]
     }
 
@@ -184,6 +190,10 @@ pub(crate) mod tests {
             "peer info" => PeerInfo::decode(b).map(|p| assert_eq!(p.encode().unwrap(), b, "peer info")),
             "split" => SplitEntry::decode(b).map(|s| assert_eq!(s.encode().as_slice(), b, "split")),
             "le_i64" => le_i64(b, "word").map(|_| ()),
+            "ib conn" | "ib conn recv" => {
+                IbConnInfo::decode(b).map(|c| assert_eq!(c.encode().as_slice(), b, "ib conn"))
+            }
+            "cts" => CtsEntry::decode(b).map(|c| assert_eq!(c.encode().as_slice(), b, "cts")),
             other => panic!("no decoder {other}"),
         }
         .is_ok()

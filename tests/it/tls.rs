@@ -203,6 +203,31 @@ mod encrypted {
     }
 
     #[test]
+    fn strict_policy_keeps_data_off_infiniband_without_probing() {
+        if in_child() {
+            return;
+        }
+        let env = [
+            (PSK_VAR, PSK),
+            ("FERROCCL_ENCRYPTION_POLICY", "strict"),
+            ("NCCL_DEBUG", "INFO"),
+            ("NCCL_DEBUG_SUBSYS", "INIT,NET"),
+        ];
+        let (text, ok) = run_child("threads", &env, Duration::from_secs(60));
+        assert!(ok, "{text}");
+        assert!(
+            text.contains("NET/IB : disabled by FERROCCL_ENCRYPTION_POLICY=strict (RDMA data would bypass TLS)"),
+            "{text}"
+        );
+        assert!(!text.contains("NET/IB : No device found."), "the probe ran: {text}");
+        assert!(text.contains("Using network Socket"), "{text}");
+        for json in reports(&text) {
+            assert!(json.contains("\"transport\":\"NET/Socket\""), "{json}");
+            assert!(json.contains("\"plaintext\":0,"), "{json}");
+        }
+    }
+
+    #[test]
     fn key_rotation_mid_run_keeps_results_exact() {
         if in_child() {
             return;

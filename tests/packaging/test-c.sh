@@ -30,6 +30,12 @@ if [ "$FERROCCL_WITH_MPI" = 1 ]; then
 else
   check "ldd: no-MPI build has no libmpi" bash -c "! ldd '$LIB/libferroccl.so' | grep -q 'libmpi'"
 fi
+if [ "${FERROCCL_WITH_IB:-0}" = 1 ]; then
+  check "ldd: IB build links libibverbs" bash -c "ldd '$LIB/libferroccl.so' | grep -q 'libibverbs\.so'"
+  check "static libs of the IB build include -libverbs" grep -qw -- -libverbs "$BUILDDIR/native-static-libs.txt"
+else
+  check "ldd: no-IB build has no libibverbs" bash -c "! ldd '$LIB/libferroccl.so' | grep -q 'libibverbs'"
+fi
 check "ldd: no unresolved libraries" bash -c "! ldd '$LIB/libferroccl.so' | grep -q 'not found'"
 
 header_functions "$INC/nccl.h" >"$WORK/header-functions"

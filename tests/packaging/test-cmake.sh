@@ -12,10 +12,12 @@ have "$CMAKE" || { skip "all CMake checks" "$CMAKE not found"; summary; exit $?;
 B=$WORK/build-cmake
 MPI_OPT=OFF
 [ "$FERROCCL_WITH_MPI" = 1 ] && MPI_OPT=ON
+IB_OPT=OFF
+[ "${FERROCCL_WITH_IB:-0}" = 1 ] && IB_OPT=ON
 echo "== test-cmake: TLS_BACKEND='$FERROCCL_TLS_BACKEND' FERROCCL_MPI=$MPI_OPT, CARGO_TARGET_DIR=$CARGO_TARGET_DIR"
 
 check "cmake configure (-DTLS_BACKEND='$FERROCCL_TLS_BACKEND' -DFERROCCL_MPI=$MPI_OPT)" \
-  "$CMAKE" -S "$SRCDIR" -B "$B" -DTLS_BACKEND="$FERROCCL_TLS_BACKEND" -DFERROCCL_MPI=$MPI_OPT \
+  "$CMAKE" -S "$SRCDIR" -B "$B" -DTLS_BACKEND="$FERROCCL_TLS_BACKEND" -DFERROCCL_MPI=$MPI_OPT -DFERROCCL_IB=$IB_OPT \
     -DFERROCCL_CARGO_TARGET_DIR="$CARGO_TARGET_DIR" || { summary; exit 1; }
 check "cmake --build -j" "$CMAKE" --build "$B" -j "$(nproc)" || { summary; exit 1; }
 check "cmake build staged lib/ and include/ like make" bash -c "
@@ -32,7 +34,7 @@ check "second cmake --build does not recompile the crate" \
 check "cmake --install --prefix <tmp>" "$CMAKE" --install "$B" --prefix "$WORK/cmake-prefix"
 check "make install PREFIX=<tmp> (same options)" \
   "$MAKE" -C "$SRCDIR" --no-print-directory BUILDDIR="$BUILDDIR" TLS_BACKEND="$FERROCCL_TLS_BACKEND" \
-    MPI="$FERROCCL_WITH_MPI" install PREFIX="$WORK/make-prefix"
+    MPI="$FERROCCL_WITH_MPI" IB="${FERROCCL_WITH_IB:-0}" install PREFIX="$WORK/make-prefix"
 tree() { (cd "$1" && find . \( -type f -printf '%P file\n' \) -o \( -type l -printf '%P -> %l\n' \) | sort); }
 check "cmake --install and make install give the same tree (files and link targets)" \
   diff -u <(tree "$WORK/make-prefix") <(tree "$WORK/cmake-prefix")

@@ -8,7 +8,7 @@ source "$(dirname "$0")/lib.sh"
 
 load_build_env "$BUILDDIR" || exit 1
 P=$WORK/prefix
-MAKEARGS=(-C "$SRCDIR" --no-print-directory BUILDDIR="$BUILDDIR" TLS_BACKEND="$FERROCCL_TLS_BACKEND" MPI="$FERROCCL_WITH_MPI")
+MAKEARGS=(-C "$SRCDIR" --no-print-directory BUILDDIR="$BUILDDIR" TLS_BACKEND="$FERROCCL_TLS_BACKEND" MPI="$FERROCCL_WITH_MPI" IB="${FERROCCL_WITH_IB:-0}")
 echo "== test-install: $BUILDDIR -> $P (features: ${FERROCCL_FEATURES:-none})"
 
 check "make install PREFIX=<tmp>" "$MAKE" "${MAKEARGS[@]}" install PREFIX="$P" || { summary; exit 1; }
