@@ -22,6 +22,7 @@ use super::reduce::{Pre, Reduction};
 use crate::error::{Error, Result};
 use crate::transport::node_area::{BufDesc, Counter, NodeArea, PeerBuf, SMALL_BYTES, TINY_BYTES};
 use crate::transport::peer_mem;
+use crate::wire::OpSig;
 
 /// Largest message (bytes) the one-shot algorithm takes at `nranks` ranks; larger ones go
 /// direct. One-shot synchronises once but every rank reads every input, which its owner has
@@ -119,6 +120,8 @@ pub struct NodeOp {
     phase: Phase,
     /// One-shot through tiny slots: ranks whose input was seen posted.
     ready: usize,
+    /// The call's signature, announced in the area and compared with the peers'.
+    sig: OpSig,
 }
 
 // SAFETY: carries the user's buffer addresses, valid until the operation completes (API
@@ -126,8 +129,14 @@ pub struct NodeOp {
 unsafe impl Send for NodeOp {}
 
 impl NodeOp {
-    pub fn new(coll: NodeColl, algo: NodeAlgo, send: *const u8, recv: *mut u8, bytes: usize) -> NodeOp {
-        NodeOp { coll, algo, send, recv, bytes, seq: 0, phase: Phase::Start, ready: 0 }
+    pub fn new(coll: NodeColl, algo: NodeAlgo, send: *const u8, recv: *mut u8, bytes: usize, sig: OpSig) -> NodeOp {
+        NodeOp { coll, algo, send, recv, bytes, seq: 0, phase: Phase::Start, ready: 0, sig }
+    }
+
+    /// Numbers this operation and announces its call to the peers.
+    fn start(&mut self, area: &mut NodeArea) {
+        self.seq = area.next_seq();
+        area.announce(self.seq, self.sig);
     }
 
     pub fn algo(&self) -> NodeAlgo {
@@ -186,7 +195,7 @@ impl NodeOp {
             }
         };
         if self.phase == Phase::Start {
-            self.seq = area.next_seq();
+            self.start(area);
             self.phase = Phase::WaitSlot;
         }
         if self.phase == Phase::WaitSlot {
@@ -217,10 +226,12 @@ impl NodeOp {
             self.phase = Phase::WaitArrived;
         }
         if self.phase == Phase::WaitArrived {
+            // Tiny slots carry the signature in their line (compared as each is seen);
+            // small ones next to the Arrived counter just read.
             let arrived = if tiny {
                 area.all_posted_tiny(self.seq, &mut self.ready)?
             } else {
-                area.all_reached(Counter::Arrived, self.seq)?
+                area.all_reached(Counter::Arrived, self.seq)? && area.check_peers().map(|()| true)?
             };
             if !arrived {
                 return Ok(());
@@ -251,7 +262,7 @@ impl NodeOp {
     fn direct(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>, red: Reduction) -> Result<()> {
         let (me, n) = (area.rank(), area.nranks());
         if self.phase == Phase::Start {
-            self.seq = area.next_seq();
+            self.start(area);
             let pre = match red.pre {
                 Pre::Mul(s) => Some(s),
                 Pre::None => None,
@@ -264,6 +275,7 @@ impl NodeOp {
             if !area.all_reached(Counter::Arrived, self.seq)? {
                 return Ok(());
             }
+            area.check_peers()?;
             let inputs: Vec<PeerBuf> = (0..n).map(|r| area.peer_buf(r, 0, self.bytes)).collect();
             let outputs: Vec<PeerBuf> = (0..n).map(|r| area.peer_buf(r, 1, self.bytes)).collect();
             let streaming: Vec<bool> = (0..n).map(|r| self.bytes >= STREAM_MIN && !area.peer_in_place(r)).collect();
@@ -344,7 +356,7 @@ impl NodeOp {
         let block = self.bytes;
         let out_len = if root.is_some() { block } else { n * block };
         if self.phase == Phase::Start {
-            self.seq = area.next_seq();
+            self.start(area);
             let send_len = if root.is_none_or(|r| r == me) { block } else { 0 };
             area.publish(BufDesc::of(self.send, send_len), BufDesc::of(self.recv, out_len), None);
             area.mark(Counter::Arrived, self.seq);
@@ -358,6 +370,10 @@ impl NodeOp {
             };
             if !published {
                 return Ok(());
+            }
+            match root {
+                None => area.check_peers()?,
+                Some(r) => area.check_peer(r)?,
             }
             // All-gather: every rank, starting after this one so that not all read rank 0 first.
             let sources = if root.is_some() { 1 } else { n };
@@ -392,7 +408,13 @@ impl NodeOp {
             self.phase = if root.is_some_and(|r| r != me) { Phase::Done } else { Phase::WaitLeft };
         }
         // Peers read our send buffer until then.
-        self.wait_left(area)
+        self.wait_left(area)?;
+        // A root learns only now whether the others took it for the root: compare with
+        // every rank still on this operation (ranks already past it are not compared).
+        if root == Some(me) && self.phase == Phase::Done {
+            area.check_peers()?;
+        }
+        Ok(())
     }
 
     /// Phase WaitLeft: done once every rank has marked Left for this operation.
@@ -535,6 +557,7 @@ mod tests {
                 send.as_ptr().cast(),
                 recv0.as_mut_ptr().cast(),
                 count * 8,
+                OpSig::NONE,
             );
             let mut op1 = NodeOp::new(
                 NodeColl::AllReduce(red),
@@ -542,6 +565,7 @@ mod tests {
                 send.as_ptr().cast(),
                 recv1.as_mut_ptr().cast(),
                 count * 8,
+                OpSig::NONE,
             );
             let before = areas[0].progress_mark();
             op0.progress(&mut areas[0], &mut a).unwrap();
@@ -564,6 +588,7 @@ mod tests {
                 send.as_ptr().cast(),
                 recv2.as_mut_ptr().cast(),
                 count * 8,
+                OpSig::NONE,
             );
             let mut c = Vec::new();
             while !(op0.is_done() && op1.is_done() && op2.is_done()) {
@@ -635,7 +660,7 @@ mod tests {
                                 NodeColl::AllReduce(_) | NodeColl::Broadcast { .. } if in_place => out.as_ptr(),
                                 _ => input.as_ptr(),
                             } as *const u8;
-                            let mut op = NodeOp::new(coll, algo, send, out.as_mut_ptr() as *mut u8, bytes);
+                            let mut op = NodeOp::new(coll, algo, send, out.as_mut_ptr() as *mut u8, bytes, OpSig::NONE);
                             while !op.is_done() {
                                 op.progress(&mut area, &mut scratch).unwrap();
                             }
@@ -649,6 +674,70 @@ mod tests {
             .collect();
         for t in threads {
             t.join().unwrap();
+        }
+    }
+
+    /// Calls that differ fail both ranks with ncclInvalidUsage naming the difference: through
+    /// tiny slots, small slots, direct and pull, and when the ranks chose different algorithms
+    /// (which would otherwise wait for ever).
+    #[test]
+    fn mismatched_calls_are_refused() {
+        use crate::transport::node_area::areas_for_threads;
+        use crate::types::{BuiltinOp, DataType};
+        let red = Reduction::builtin(DataType::Int64, BuiltinOp::Sum, 2);
+        let sig = |count: usize, root: usize| OpSig::new(1, 4, 1, root, count);
+        // (algorithm, count, signature) of rank 0 and rank 1, and what the message must say (|-separated).
+        type Side = (NodeColl, NodeAlgo, usize, OpSig);
+        let cases: Vec<(Side, Side, &str)> = vec![
+            (
+                (NodeColl::AllReduce(red), NodeAlgo::OneShot, 2, sig(2, 0)),
+                (NodeColl::AllReduce(red), NodeAlgo::OneShot, 2, OpSig::new(1, 4, 3, 0, 2)),
+                "operator |sum on rank |max on rank ",
+            ),
+            (
+                (NodeColl::AllReduce(red), NodeAlgo::OneShot, 64, sig(64, 0)),
+                (NodeColl::AllReduce(red), NodeAlgo::OneShot, 64, sig(65, 0)),
+                "counts differ|64 on rank |65 on rank ",
+            ),
+            (
+                (NodeColl::AllReduce(red), NodeAlgo::Direct, 4096, sig(4096, 0)),
+                (NodeColl::AllReduce(red), NodeAlgo::Direct, 4096, OpSig::new(1, 5, 1, 0, 4096)),
+                "data type |int64 on rank |uint64 on rank ",
+            ),
+            (
+                (NodeColl::AllReduce(red), NodeAlgo::OneShot, 2, sig(2, 0)),
+                (NodeColl::AllReduce(red), NodeAlgo::Direct, 4096, sig(4096, 0)),
+                "counts differ|2 on rank |0 on rank ",
+            ),
+            (
+                (NodeColl::Broadcast { root: 0 }, NodeAlgo::Direct, 4096, OpSig::new(2, 4, 0, 0, 4096)),
+                (NodeColl::Broadcast { root: 1 }, NodeAlgo::Direct, 4096, OpSig::new(2, 4, 0, 1, 4096)),
+                "root |0 on rank |1 on rank ",
+            ),
+        ];
+        for (k, (a, b, want)) in cases.into_iter().enumerate() {
+            let mut areas = areas_for_threads(2);
+            let send = vec![1i64; 4096];
+            let (mut out0, mut out1) = (vec![0i64; 4096], vec![0i64; 4096]);
+            let mut op0 = NodeOp::new(a.0, a.1, send.as_ptr().cast(), out0.as_mut_ptr().cast(), a.2 * 8, a.3);
+            let mut op1 = NodeOp::new(b.0, b.1, send.as_ptr().cast(), out1.as_mut_ptr().cast(), b.2 * 8, b.3);
+            let (mut s0, mut s1) = (Vec::new(), Vec::new());
+            let (mut e0, mut e1) = (None, None);
+            for _ in 0..100_000 {
+                if e0.is_none() && !op0.is_done() {
+                    e0 = op0.progress(&mut areas[0], &mut s0).err();
+                }
+                if e1.is_none() && !op1.is_done() {
+                    e1 = op1.progress(&mut areas[1], &mut s1).err();
+                }
+                if (e0.is_some() || op0.is_done()) && (e1.is_some() || op1.is_done()) {
+                    break;
+                }
+            }
+            let e = e0.or(e1).unwrap_or_else(|| panic!("case {k}: no rank saw the mismatch"));
+            assert_eq!(e.code(), crate::error::ncclResult_t::ncclInvalidUsage, "case {k}: {e}");
+            let msg = e.to_string();
+            assert!(want.split('|').all(|w| msg.contains(w)), "case {k}: {msg} (expected {want})");
         }
     }
 

@@ -21,6 +21,7 @@ use rustix::mm::{MapFlags, ProtFlags};
 use super::exchange::Exchange;
 use super::peer_mem::{self, PeerMaps, SharedRef};
 use crate::error::{Error, Result};
+use crate::wire::OpSig;
 
 const AREA_MAGIC: u64 = 0x4665_7272_6f4e_6f64;
 const HEADER_BYTES: usize = 4096;
@@ -29,9 +30,19 @@ const HEADER_BYTES: usize = 4096;
 const CTRL_BYTES: usize = 512;
 /// Offset of the first tiny slot in a control block: a sequence word, then the data.
 const TINY_OFFSET: usize = 384;
-/// Largest input a tiny slot holds: the rest of its cache line after the sequence word, so
-/// that one line transfer brings a peer both the news that its input is ready and the input.
-pub const TINY_BYTES: usize = 56;
+/// Largest input a tiny slot holds: its cache line after the sequence word and before the
+/// signature word, so that one line transfer brings a peer the news that its input is ready,
+/// the input, and what call it belongs to.
+pub const TINY_BYTES: usize = 48;
+/// Offset of the signature word in a tiny slot's line.
+const TINY_SIG: usize = 56;
+/// Offset, in the Arrived counter's line, of the two announcement words (by parity of the
+/// operation): `(seq as u32) << 32 | signature`, written when a rank starts an operation, so
+/// that peers can compare calls whatever algorithm each chose.
+const ANNOUNCE_OFFSET: usize = 8;
+/// Idle polls between comparisons of the peers' announced calls (catches ranks that chose
+/// different algorithms because their calls differ, which would otherwise wait for ever).
+const SIG_EVERY: u32 = 256;
 /// Bytes of each of a rank's two small-data slots.
 pub const SMALL_BYTES: usize = 16 << 10;
 /// Idle polls between liveness checks of the peers.
@@ -96,6 +107,8 @@ pub struct NodeArea {
     /// Per counter, a value every rank is known to have reached: waits up to it need not
     /// read the other ranks' counters (each read of a line a peer just wrote is a miss).
     floor: [u64; 2],
+    /// The operation under way and its call's signature (see [`NodeArea::announce`]).
+    current: (u64, OpSig),
 }
 
 // SAFETY: the mapping is shared memory accessed only through atomics and the node
@@ -192,6 +205,7 @@ impl NodeArea {
             started: 0,
             idle: 0,
             floor: [0; 2],
+            current: (0, OpSig::NONE),
         };
         if area.header(0).load(Ordering::Acquire) != AREA_MAGIC
             || area.header(1).load(Ordering::Relaxed) != nranks as u64
@@ -279,19 +293,57 @@ impl NodeArea {
         self.ctrl_word(rank, TINY_OFFSET + (seq & 1) as usize * 64)
     }
 
-    /// Announces that this rank's tiny slot holds its input for operation `seq`.
+    /// Announces that this rank's tiny slot holds its input for operation `seq` (with the
+    /// signature given to [`NodeArea::announce`]).
     pub fn post_tiny(&self, seq: u64) {
+        let line = self.tiny_seq(self.rank, seq).as_ptr() as *mut u8;
+        // SAFETY: the signature word is inside our own tiny slot's line (TINY_SIG + 8 <= 64),
+        // 8-aligned, only accessed atomically; published by the Release store below.
+        let sig = unsafe { &*(line.add(TINY_SIG) as *const AtomicU64) };
+        sig.store(u64::from(self.current.1 .0), Ordering::Relaxed);
         self.tiny_seq(self.rank, seq).store(seq, Ordering::Release);
+    }
+
+    /// Records that this rank starts operation `seq` for a call of signature `sig`, where
+    /// every peer can compare it (before anything else of the operation is published).
+    pub fn announce(&mut self, seq: u64, sig: OpSig) {
+        self.current = (seq, sig);
+        let word = (seq as u32 as u64) << 32 | u64::from(sig.0);
+        self.ctrl_word(self.rank, ANNOUNCE_OFFSET + (seq & 1) as usize * 8).store(word, Ordering::Relaxed);
+    }
+
+    /// Compares `rank`'s announced call with this rank's current one, if it announced the same
+    /// operation (it may be one ahead, or not there yet): ncclInvalidUsage naming the
+    /// difference when they differ.
+    pub fn check_peer(&self, rank: usize) -> Result<()> {
+        let (seq, sig) = self.current;
+        let w = self.ctrl_word(rank, ANNOUNCE_OFFSET + (seq & 1) as usize * 8).load(Ordering::Relaxed);
+        if (w >> 32) as u32 != seq as u32 {
+            return Ok(());
+        }
+        sig.check(OpSig(w as u32), self.rank, rank)
+    }
+
+    /// [`NodeArea::check_peer`] for every other rank.
+    pub fn check_peers(&self) -> Result<()> {
+        (0..self.nranks).filter(|&r| r != self.rank).try_for_each(|r| self.check_peer(r))
     }
 
     /// Whether every rank's tiny slot holds its input for operation `seq` (and that input is
     /// visible). `ready` counts the ranks already seen, so each poll resumes after them.
     pub fn all_posted_tiny(&mut self, seq: u64, ready: &mut usize) -> Result<bool> {
         while *ready < self.nranks {
-            if self.tiny_seq(*ready, seq).load(Ordering::Acquire) < seq {
+            let r = *ready;
+            if self.tiny_seq(r, seq).load(Ordering::Acquire) < seq {
                 self.note_idle()?;
                 return Ok(false);
             }
+            let line = self.tiny_seq(r, seq).as_ptr() as *const u8;
+            // SAFETY: inside rank r's tiny line, 8-aligned, only accessed atomically; its value
+            // for `seq` is visible after the Acquire load above (it cannot be rewritten before
+            // this rank marks Left).
+            let theirs = unsafe { &*(line.add(TINY_SIG) as *const AtomicU64) }.load(Ordering::Relaxed);
+            self.current.1.check(OpSig(theirs as u32), self.rank, r)?;
             *ready += 1;
         }
         self.idle = 0;
@@ -325,6 +377,9 @@ impl NodeArea {
 
     fn note_idle(&mut self) -> Result<()> {
         self.idle = self.idle.wrapping_add(1);
+        if self.idle % SIG_EVERY == 0 {
+            self.check_peers()?;
+        }
         if self.idle % LIVENESS_EVERY == 0 {
             self.check_alive()?;
         }

@@ -9,6 +9,7 @@ mod errors;
 mod interrupts;
 mod layers;
 mod lifecycle;
+mod mismatch;
 mod nonblocking;
 mod processes;
 mod shrink;
