@@ -489,7 +489,14 @@ pub fn accept_or_interrupt(listener: &TcpListener, deadline: Instant, interrupt:
             Ok((tcp, from)) => {
                 tcp.set_nonblocking(false).map_err(|e| Error::system("O_NONBLOCK", e))?;
                 if !crate::encryption::enabled() {
-                    return Stream::from_tcp(tcp);
+                    match Stream::from_tcp(tcp) {
+                        // A connection reset before we looked (a port scan) has no peer address.
+                        Err(e @ Error::System { .. }) => {
+                            log::info!(target: "BOOTSTRAP", "dropped connection from {from}: {e}");
+                            continue;
+                        }
+                        other => return other,
+                    }
                 }
                 let limit = deadline.min(Instant::now() + HANDSHAKE_LIMIT);
                 match Stream::establish(tcp, Role::Server, limit) {
@@ -508,6 +515,134 @@ pub fn accept_or_interrupt(listener: &TcpListener, deadline: Instant, interrupt:
                 wait_readable(listener, Duration::from_millis(50));
             }
             Err(e) => return Err(Error::system("accept", e)),
+        }
+    }
+}
+
+/// Longest a listener waits for a stranger's hello (after any TLS handshake) before dropping
+/// it. Peers write their hello right after connecting, so only a silent or dribbling
+/// connection (half-open, slowloris) ever reaches it.
+pub const HELLO_LIMIT: Duration = Duration::from_secs(2);
+/// Connections a [`HelloQueue`] keeps waiting for their hellos; beyond it the oldest is dropped.
+const MAX_WAITING_HELLOS: usize = 128;
+
+/// Connections accepted on a setup listener whose hellos have not fully arrived. They are read
+/// side by side (non-blocking), so garbage, silent connections, port scans and slow dribblers
+/// cost the legitimate peers nothing but a poll: each is dropped when its bytes are not a
+/// hello, when it closes, or after [`HELLO_LIMIT`].
+#[derive(Default)]
+pub struct HelloQueue {
+    waiting: Vec<(Stream, [u8; HELLO_BYTES], usize, Instant)>,
+}
+
+impl HelloQueue {
+    /// The next connection on `listener` whose hello carries `magic`, as a blocking stream,
+    /// with its hello; fails at `deadline` or once `interrupt` is set.
+    pub fn next(
+        &mut self,
+        listener: &TcpListener,
+        magic: u64,
+        deadline: Instant,
+        interrupt: Option<&Interrupt>,
+    ) -> Result<(Stream, Hello)> {
+        listener.set_nonblocking(true).map_err(|e| Error::system("O_NONBLOCK", e))?;
+        loop {
+            self.accept_waiting(listener, deadline);
+            let now = Instant::now();
+            let mut i = 0;
+            while i < self.waiting.len() {
+                let (s, buf, got, since) = &mut self.waiting[i];
+                let mut outcome: Option<std::result::Result<(), String>> = None;
+                while *got < HELLO_BYTES {
+                    match s.read(&mut buf[*got..]) {
+                        Ok(0) => {
+                            outcome = Some(Err("closed before its hello".into()));
+                            break;
+                        }
+                        Ok(n) => *got += n,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            outcome = Some(Err(e.to_string()));
+                            break;
+                        }
+                    }
+                }
+                if outcome.is_none() && *got == HELLO_BYTES {
+                    outcome = Some(Ok(()));
+                } else if outcome.is_none() && now.duration_since(*since) > HELLO_LIMIT {
+                    outcome = Some(Err(format!("no hello within {:?} ({} of {HELLO_BYTES} bytes)", HELLO_LIMIT, *got)));
+                }
+                match outcome {
+                    None => i += 1,
+                    Some(Err(why)) => {
+                        let (s, ..) = self.waiting.swap_remove(i);
+                        log::info!(target: "BOOTSTRAP", "Bootstrap: dropped connection from {}: {why}", s.peer());
+                    }
+                    Some(Ok(())) => {
+                        let (s, buf, ..) = self.waiting.swap_remove(i);
+                        match Hello::decode(&buf, magic) {
+                            Ok(h) => {
+                                s.set_nonblocking(false)?;
+                                return Ok((s, h));
+                            }
+                            Err(e) => {
+                                log::info!(target: "BOOTSTRAP", "Bootstrap: dropped connection from {}: {e}", s.peer())
+                            }
+                        }
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout("accept: no peer connected before the bootstrap timeout".into()));
+            }
+            if let Some(i) = interrupt {
+                i.check("accept")?;
+            }
+            let mut fds = vec![rustix::event::PollFd::new(listener, rustix::event::PollFlags::IN)];
+            for (s, ..) in &self.waiting {
+                if s.pending() {
+                    fds.clear();
+                    break;
+                }
+                fds.push(rustix::event::PollFd::new(s.tcp(), rustix::event::PollFlags::IN));
+            }
+            if !fds.is_empty() {
+                super::poll_ms(&mut fds, 50);
+            }
+        }
+    }
+
+    /// Takes every connection waiting on `listener` (a TLS one after its handshake).
+    fn accept_waiting(&mut self, listener: &TcpListener, deadline: Instant) {
+        loop {
+            let (tcp, from) = match listener.accept() {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // WouldBlock, or EMFILE and the like: take the rest later.
+                Err(_) => return,
+            };
+            let stream = if crate::encryption::enabled() {
+                if tcp.set_nonblocking(false).is_err() {
+                    continue;
+                }
+                let limit = deadline.min(Instant::now() + HANDSHAKE_LIMIT);
+                Stream::establish(tcp, Role::Server, limit)
+            } else {
+                Stream::from_tcp(tcp)
+            };
+            let stream = match stream.and_then(|s| s.set_nonblocking(true).map(|()| s)) {
+                Ok(s) => s,
+                Err(e) => {
+                    log::info!(target: "BOOTSTRAP", "Bootstrap: dropped connection from {from}: {e}");
+                    continue;
+                }
+            };
+            if self.waiting.len() >= MAX_WAITING_HELLOS {
+                let (old, ..) = self.waiting.remove(0);
+                log::warn!(target: "BOOTSTRAP", "Bootstrap: too many connections without a hello; dropped {}", old.peer());
+            }
+            self.waiting.push((stream, [0; HELLO_BYTES], 0, Instant::now()));
         }
     }
 }

@@ -6,6 +6,7 @@ mod common;
 mod cuda;
 mod cuda_kernels;
 mod errors;
+mod garbage;
 mod interrupts;
 mod layers;
 mod lifecycle;
