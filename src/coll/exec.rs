@@ -461,7 +461,7 @@ fn progress_comm(
             // send has completed (the plan's dependency rule).
             let region = unsafe { MemRegion::new(ptr, src.len) };
             let conn = cw.links.send_conn(peer)?;
-            match conn.isend(region, cw.works[w].sig)? {
+            match conn.isend(region, cw.works[w].sig).map_err(|e| name_ranks(e, me, peer))? {
                 Some(req) => {
                     st.send_queues[peer].pop_front();
                     st.posted_sends.push((peer, req, (w, s)));
@@ -540,7 +540,7 @@ fn progress_comm(
     while i < st.posted_sends.len() {
         let (peer, req, r) = st.posted_sends[i];
         let conn = cw.links.send_conn(peer)?;
-        if conn.test(req)?.is_some() {
+        if conn.test(req).map_err(|e| name_ranks(e, me, peer))?.is_some() {
             st.posted_sends.swap_remove(i);
             mark_done(st, r);
             progressed = true;
@@ -569,12 +569,16 @@ fn progress_comm(
     Ok(progressed)
 }
 
-/// A transport's mismatch error ("this rank", "the peer") with the ranks named.
+/// A transport's error with the ranks named: a mismatch ("this rank", "the peer"), or a
+/// failed connection (which transports name by address).
 fn name_ranks(e: Error, me: usize, peer: usize) -> Error {
     match e {
         Error::InvalidUsage(m) if m.starts_with("mismatched calls") => Error::InvalidUsage(
             m.replace("this rank", &format!("rank {me}")).replace("the peer", &format!("rank {peer}")),
         ),
+        Error::Remote(m) if !m.contains(&format!("rank {peer}")) => {
+            Error::Remote(format!("rank {me} with rank {peer}: {m}"))
+        }
         other => other,
     }
 }

@@ -33,6 +33,35 @@ pub fn setup_timeout() -> Duration {
     *TIMEOUT.get_or_init(|| Duration::from_secs(crate::env::get_int("FERROCCL_BOOTSTRAP_TIMEOUT").max(1) as u64))
 }
 
+/// How long a peer's kernel may stay silent before its connections count as dead
+/// (FERROCCL_SOCKET_DEAD_PEER seconds; `None`: the system's TCP defaults, minutes to hours).
+pub fn dead_peer_limit() -> Option<Duration> {
+    static LIMIT: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        crate::env::get_seconds_opt("FERROCCL_SOCKET_DEAD_PEER").filter(|d| !d.is_zero() && d.as_millis() >= 1000)
+    })
+}
+
+/// Makes a connection fail, within [`dead_peer_limit`], once the peer's host stops answering
+/// at the TCP level (powered off, unplugged, partitioned: nothing closes the socket). An idle
+/// connection sends keepalive probes from a third of the limit on, one a second
+/// (SO_KEEPALIVE, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT); TCP_USER_TIMEOUT ends it once
+/// sent data or probes go unacknowledged for the limit. A stopped or busy peer process is
+/// not affected (its kernel still answers); a dead one closes its sockets anyway.
+pub fn watch_liveness(tcp: &TcpStream) -> Result<()> {
+    let Some(limit) = dead_peer_limit() else { return Ok(()) };
+    let idle = (limit / 3).max(Duration::from_secs(1));
+    let probes = ((limit.as_secs().saturating_sub(idle.as_secs())).max(1)) as u32;
+    use rustix::net::sockopt;
+    let sys = |what: &str, e: rustix::io::Errno| Error::system(what, e.into());
+    sockopt::set_socket_keepalive(tcp, true).map_err(|e| sys("SO_KEEPALIVE", e))?;
+    sockopt::set_tcp_keepidle(tcp, idle).map_err(|e| sys("TCP_KEEPIDLE", e))?;
+    sockopt::set_tcp_keepintvl(tcp, Duration::from_secs(1)).map_err(|e| sys("TCP_KEEPINTVL", e))?;
+    sockopt::set_tcp_keepcnt(tcp, probes).map_err(|e| sys("TCP_KEEPCNT", e))?;
+    let ms = u32::try_from(limit.as_millis()).unwrap_or(u32::MAX);
+    sockopt::set_tcp_user_timeout(tcp, ms).map_err(|e| sys("TCP_USER_TIMEOUT", e))
+}
+
 /// Which side of a connection (the connecting side is the TLS client).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -64,6 +93,7 @@ impl Stream {
         crate::encryption::require_plaintext_allowed("TCP connection")?;
         let peer = tcp.peer_addr().map_err(|e| Error::system("getpeername", e))?;
         tcp.set_nodelay(true).map_err(|e| Error::system("TCP_NODELAY", e))?;
+        watch_liveness(&tcp)?;
         Ok(Stream { inner: Inner::Plain(tcp), peer, registration: None })
     }
 
@@ -340,6 +370,7 @@ impl Handshake {
     pub fn start(tcp: TcpStream, role: Role) -> Result<Handshake> {
         let peer = tcp.peer_addr().map_err(|e| Error::system("getpeername", e))?;
         tcp.set_nodelay(true).map_err(|e| Error::system("TCP_NODELAY", e))?;
+        watch_liveness(&tcp)?;
         let started = Instant::now();
         if !crate::encryption::enabled() {
             crate::encryption::require_plaintext_allowed("TCP connection")?;
@@ -420,6 +451,14 @@ impl Handshake {
 
 /// An I/O failure as a ferroccl error: a vanished peer is `Remote`, a timeout `Timeout`.
 pub fn io_error(e: io::Error, what: &str, peer: SocketAddr) -> Error {
+    // ETIMEDOUT from the TCP stack itself (keepalive probes or sent data unacknowledged, see
+    // `watch_liveness`): the peer's host is gone. A read timeout (SO_RCVTIMEO) is EAGAIN.
+    if e.raw_os_error() == Some(libc::ETIMEDOUT) {
+        let limit = dead_peer_limit().map_or(String::new(), |d| format!(" for {} s", d.as_secs_f64()));
+        return Error::remote(format!(
+            "{what}: the host of {peer} stopped answering (no TCP acknowledgement{limit}; FERROCCL_SOCKET_DEAD_PEER)"
+        ));
+    }
     match e.kind() {
         io::ErrorKind::UnexpectedEof
         | io::ErrorKind::ConnectionReset
@@ -459,7 +498,10 @@ pub fn connect_tcp(addr: SocketAddr, deadline: Instant) -> Result<TcpStream> {
             return Err(Error::Timeout(format!("connect to {addr}: bootstrap timeout")));
         }
         match TcpStream::connect_timeout(&addr, left) {
-            Ok(tcp) => return Ok(tcp),
+            Ok(tcp) => {
+                watch_liveness(&tcp)?;
+                return Ok(tcp);
+            }
             Err(e)
                 if matches!(
                     e.kind(),

@@ -15,3 +15,4 @@ mod nonblocking;
 mod processes;
 mod shrink;
 mod tls;
+mod vanished;
