@@ -13,6 +13,7 @@ mod lifecycle;
 mod mismatch;
 mod nonblocking;
 mod processes;
+mod recreate;
 mod shrink;
 mod tls;
 mod vanished;
