@@ -45,8 +45,11 @@ const ANNOUNCE_OFFSET: usize = 8;
 const SIG_EVERY: u32 = 256;
 /// Bytes of each of a rank's two small-data slots.
 pub const SMALL_BYTES: usize = 16 << 10;
-/// Idle polls between liveness checks of the peers.
-const LIVENESS_EVERY: u32 = 1 << 14;
+/// Least time between liveness checks of the peers while waiting: a dead rank is noticed
+/// within about this much waiting however slowly the waiting loop turns (it sleeps after
+/// spinning a while, and load stretches the sleeps); the clock is read only every `SIG_EVERY`
+/// idle polls.
+const LIVENESS_PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A per-rank sequence counter. Each holds the number of the last node operation for which
 /// the rank reached that point; operations are numbered from 1 in call order, which is the
@@ -109,6 +112,8 @@ pub struct NodeArea {
     floor: [u64; 2],
     /// The operation under way and its call's signature (see [`NodeArea::announce`]).
     current: (u64, OpSig),
+    /// When the peers were last checked for life during the current wait.
+    checked: Option<std::time::Instant>,
 }
 
 // SAFETY: the mapping is shared memory accessed only through atomics and the node
@@ -206,6 +211,7 @@ impl NodeArea {
             idle: 0,
             floor: [0; 2],
             current: (0, OpSig::NONE),
+            checked: None,
         };
         if area.header(0).load(Ordering::Acquire) != AREA_MAGIC
             || area.header(1).load(Ordering::Relaxed) != nranks as u64
@@ -269,6 +275,7 @@ impl NodeArea {
         }
         self.floor[c as usize] = least;
         self.idle = 0;
+        self.checked = None;
         Ok(true)
     }
 
@@ -277,6 +284,7 @@ impl NodeArea {
     pub fn reached(&mut self, rank: usize, c: Counter, seq: u64) -> Result<bool> {
         if self.floor[c as usize] >= seq || self.counter(rank, c).load(Ordering::Acquire) >= seq {
             self.idle = 0;
+            self.checked = None;
             return Ok(true);
         }
         self.note_idle()?;
@@ -347,6 +355,7 @@ impl NodeArea {
             *ready += 1;
         }
         self.idle = 0;
+        self.checked = None;
         Ok(true)
     }
 
@@ -379,9 +388,15 @@ impl NodeArea {
         self.idle = self.idle.wrapping_add(1);
         if self.idle % SIG_EVERY == 0 {
             self.check_peers()?;
-        }
-        if self.idle % LIVENESS_EVERY == 0 {
-            self.check_alive()?;
+            let now = std::time::Instant::now();
+            match self.checked {
+                Some(t) if now.duration_since(t) < LIVENESS_PERIOD => {}
+                Some(_) => {
+                    self.checked = Some(now);
+                    self.check_alive()?;
+                }
+                None => self.checked = Some(now),
+            }
         }
         Ok(())
     }

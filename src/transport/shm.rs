@@ -44,8 +44,12 @@ const SLOTS: usize = 16;
 const HEADER_BYTES: usize = 4096;
 const SLOT_HEADER: usize = 64;
 const SEGMENT_BYTES: usize = HEADER_BYTES + SLOTS * (SLOT_HEADER + SLOT_BYTES);
-/// Idle progress calls between liveness checks of the peer.
-const LIVENESS_EVERY: u32 = 4096;
+/// Idle progress calls between looks at the clock, and the least time between liveness
+/// checks of the peer: a dead peer is noticed within about `LIVENESS_PERIOD` of waiting,
+/// however slowly the waiting loop turns (it sleeps once it has spun for a while, and a
+/// loaded machine stretches every sleep), at the cost of one clock read per 64 idle polls.
+const CLOCK_EVERY: u32 = 64;
+const LIVENESS_PERIOD: Duration = Duration::from_millis(100);
 /// Messages from this size on use the single-copy path where available.
 const DIRECT_MIN: usize = 64 << 10;
 /// Bytes read per `process_vm_readv` piece when reducing (fits in cache with its operands).
@@ -293,7 +297,7 @@ impl Net for ShmNet {
             queue: VecDeque::new(),
             next_id: 0,
             done: Vec::new(),
-            idle: 0,
+            idle: Idle::new(),
             direct_sent: 0,
             head: 0,
             tail_seen: 0,
@@ -365,7 +369,7 @@ impl NetListener for ShmListener {
                 queue: VecDeque::new(),
                 next_id: 0,
                 done: Vec::new(),
-                idle: 0,
+                idle: Idle::new(),
             };
             return Ok(Some((id, Box::new(recv))));
         }
@@ -416,15 +420,37 @@ fn recv_with_fd(sock: &UnixStream) -> Result<([u8; HELLO_BYTES], OwnedFd)> {
     Ok((data, fd))
 }
 
-/// Counts progress calls that moved nothing while work waits, and checks every
-/// `LIVENESS_EVERY` of them that the peer is still alive.
-fn note_idle(moved: bool, waiting: bool, idle: &mut u32, sock: &UnixStream) -> Result<()> {
+/// The idle count of a connection and when its peer was last checked.
+struct Idle {
+    polls: u32,
+    checked: Option<Instant>,
+}
+
+impl Idle {
+    fn new() -> Idle {
+        Idle { polls: 0, checked: None }
+    }
+}
+
+/// Counts progress calls that moved nothing while work waits, and checks, every
+/// `LIVENESS_PERIOD` of such waiting, that the peer is still alive.
+fn note_idle(moved: bool, waiting: bool, idle: &mut Idle, sock: &UnixStream) -> Result<()> {
     if moved {
-        *idle = 0;
+        idle.polls = 0;
+        idle.checked = None;
     } else if waiting {
-        *idle = idle.wrapping_add(1);
-        if *idle % LIVENESS_EVERY == 0 {
-            check_alive(sock)?;
+        idle.polls = idle.polls.wrapping_add(1);
+        if idle.polls % CLOCK_EVERY == 0 {
+            let now = Instant::now();
+            match idle.checked {
+                Some(t) if now.duration_since(t) < LIVENESS_PERIOD => {}
+                Some(_) => {
+                    idle.checked = Some(now);
+                    check_alive(sock)?;
+                }
+                // The wait's start: the first check comes a period later.
+                None => idle.checked = Some(now),
+            }
         }
     }
     Ok(())
@@ -456,7 +482,7 @@ struct ShmSend {
     next_id: u64,
     /// Completed requests not yet reported by `test` (few: requests complete in order).
     done: Vec<(u64, usize)>,
-    idle: u32,
+    idle: Idle,
     /// Direct messages published so far (the receiver counts those it completed).
     direct_sent: u64,
     /// Slots published so far (only the sender needs it: the receiver polls slot numbers).
@@ -602,7 +628,7 @@ struct ShmRecv {
     next_id: u64,
     /// Completed requests not yet reported by `test` (few: requests complete in order).
     done: Vec<(u64, usize)>,
-    idle: u32,
+    idle: Idle,
 }
 
 impl ShmRecv {
