@@ -2,13 +2,15 @@
 //!
 //! Ranks are threads of this process (2 by default); the transport follows the environment
 //! (`NCCL_SHM_DISABLE=1 FERROCCL_NODE_COLL=0` for sockets). For each size, all-reduce time is
-//! measured (median of `rounds` batches of `iters` calls) first in quiet, then while attacker
-//! threads open hostile connections to every listening TCP port of the process as fast as
-//! they can (random bytes, huge length fields, silent half-open connections, connect-close
-//! scans, resets and slowloris dribbling), and the ratio is printed with the attack's
-//! connection rate. Results are checked after every batch.
+//! measured (median of `rounds` batches of `iters` calls) in quiet; then while attacker threads
+//! open hostile connections (random bytes, huge length fields, silent half-open connections,
+//! connect-close scans, resets and slowloris dribbling, one thread per kind and port, pausing
+//! `pause_us` between connections) to decoy listeners of the same process that are not the
+//! library's (the control: what the attack traffic costs the host); then with the same attack
+//! on every listening TCP port of the job. The last ratio is the library's own cost. Results
+//! are checked after every batch.
 //!
-//!   cargo run --release --example garbage_bench [-- nranks iters rounds]
+//!   cargo run --release --example garbage_bench [-- nranks iters rounds pause_us]
 
 use std::ffi::c_void;
 use std::io::Write;
@@ -22,8 +24,11 @@ use ferroccl::ffi::init::{ncclCommDestroy, ncclCommInitRank, ncclGetUniqueId};
 use ferroccl::types::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclUniqueId};
 
 const SIZES: [usize; 4] = [8, 4096, 256 << 10, 4 << 20];
+/// Default pause of each attacker thread between two hostile connections (4th argument).
+const PACE_US: u64 = 1000;
 
-fn listening_ports() -> Vec<u16> {
+/// The IPv4 addresses this process listens on (from /proc: its socket inodes in LISTEN state).
+fn listening_addrs() -> Vec<SocketAddr> {
     let mut inodes = std::collections::HashSet::new();
     for e in std::fs::read_dir("/proc/self/fd").into_iter().flatten().flatten() {
         if let Ok(t) = std::fs::read_link(e.path()) {
@@ -33,19 +38,22 @@ fn listening_ports() -> Vec<u16> {
             }
         }
     }
-    let mut ports = Vec::new();
-    for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else { continue };
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() > 9 && f[3] == "0A" && inodes.contains(f[9]) {
-                ports.extend(f[1].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok()));
-            }
+    let mut addrs = Vec::new();
+    let text = std::fs::read_to_string("/proc/self/net/tcp").unwrap_or_default();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() > 9 && f[3] == "0A" && inodes.contains(f[9]) {
+            let Some((ip, port)) = f[1].split_once(':') else { continue };
+            let (Ok(ip), Ok(port)) = (u32::from_str_radix(ip, 16), u16::from_str_radix(port, 16)) else { continue };
+            // The kernel prints the address as the in-memory (network order) word.
+            let ip = Ipv4Addr::from(ip.to_ne_bytes());
+            let ip = if ip.is_unspecified() { Ipv4Addr::LOCALHOST } else { ip };
+            addrs.push(SocketAddr::new(IpAddr::V4(ip), port));
         }
     }
-    ports.sort_unstable();
-    ports.dedup();
-    ports
+    addrs.sort_unstable();
+    addrs.dedup();
+    addrs
 }
 
 fn attack(kind: usize, addr: SocketAddr, seed: &mut u64, stop: &AtomicBool) -> std::io::Result<()> {
@@ -141,10 +149,9 @@ fn main() {
     let n = args.first().copied().unwrap_or(2);
     let iters = args.get(1).copied().unwrap_or(200);
     let rounds = args.get(2).copied().unwrap_or(7);
+    let pace_us = args.get(3).map_or(PACE_US, |&p| p as u64);
     let mut id = ncclUniqueId { internal: [0; 128] };
     check(ncclGetUniqueId(&mut id), "unique id");
-    let stop = Arc::new(AtomicBool::new(false));
-    let made = Arc::new(AtomicU64::new(0));
     let sync = Arc::new(Barrier::new(n + 1));
     let ranks: Vec<_> = (0..n)
         .map(|rank| {
@@ -156,7 +163,7 @@ fn main() {
                 measure(comm, rank, n, 8, 1, 1, &Barrier::new(1));
                 sync.wait();
                 let mut out = Vec::new();
-                for phase in 0..2 {
+                for phase in 0..3 {
                     for bytes in SIZES {
                         out.push((phase, bytes, measure(comm, rank, n, bytes, iters, rounds, &sync)));
                     }
@@ -168,44 +175,82 @@ fn main() {
         })
         .collect();
     sync.wait();
-    let ports = listening_ports();
+    let ports = listening_addrs();
     // Quiet phase: the driver only joins the rank barriers.
     for _ in 0..SIZES.len() * rounds + 1 {
         sync.wait();
     }
-    let started = Instant::now();
-    let mut attackers = Vec::new();
-    for &port in &ports {
-        for kind in 0..6 {
-            let (stop, made) = (stop.clone(), made.clone());
-            let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
-            attackers.push(std::thread::spawn(move || {
-                let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ (port as u64) << 8 ^ kind as u64;
+    // Control: the same attack against decoy listeners of this process that are not the
+    // library's (each accepts and drops at once): what the attack traffic itself costs here.
+    let decoys: Vec<std::net::TcpListener> = ports
+        .iter()
+        .map(|a| std::net::TcpListener::bind(SocketAddr::new(a.ip(), 0)).expect("decoy listener"))
+        .collect();
+    let decoy_addrs: Vec<SocketAddr> = decoys.iter().map(|l| l.local_addr().unwrap()).collect();
+    let decoy_stop = Arc::new(AtomicBool::new(false));
+    let decoy_threads: Vec<_> = decoys
+        .into_iter()
+        .map(|l| {
+            let stop = decoy_stop.clone();
+            l.set_nonblocking(true).unwrap();
+            std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    if attack(kind, addr, &mut seed, &stop).is_ok() {
-                        made.fetch_add(1, Ordering::Relaxed);
+                    match l.accept() {
+                        Ok(c) => drop(c),
+                        Err(_) => std::thread::sleep(Duration::from_micros(200)),
                     }
                 }
-            }));
+            })
+        })
+        .collect();
+    let mut rates = Vec::new();
+    for (phase, targets) in [(1, &decoy_addrs), (2, &ports)] {
+        let (stop, made) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+        let started = Instant::now();
+        let mut attackers = Vec::new();
+        for &addr in targets.iter() {
+            for kind in 0..6 {
+                let (stop, made) = (stop.clone(), made.clone());
+                attackers.push(std::thread::spawn(move || {
+                    let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ (addr.port() as u64) << 8 ^ kind as u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        if attack(kind, addr, &mut seed, &stop).is_ok() {
+                            made.fetch_add(1, Ordering::Relaxed);
+                        }
+                        // A scanner's pace, not a CPU hog: on a small host, attacker threads
+                        // that never sleep would measure only the scheduler.
+                        std::thread::sleep(Duration::from_micros(pace_us));
+                    }
+                }));
+            }
         }
+        std::thread::sleep(Duration::from_millis(200));
+        for _ in 0..SIZES.len() * rounds + 1 {
+            sync.wait();
+        }
+        let secs = started.elapsed().as_secs_f64();
+        stop.store(true, Ordering::Relaxed);
+        for a in attackers {
+            let _ = a.join();
+        }
+        rates.push((phase, made.load(Ordering::Relaxed) as f64 / secs));
     }
-    std::thread::sleep(Duration::from_millis(200));
-    for _ in 0..SIZES.len() * rounds + 1 {
-        sync.wait();
+    decoy_stop.store(true, Ordering::Relaxed);
+    for t in decoy_threads {
+        let _ = t.join();
     }
-    let attacked_for = started.elapsed().as_secs_f64();
-    stop.store(true, Ordering::Relaxed);
     let results = ranks.into_iter().map(|t| t.join().expect("rank panicked")).next().unwrap_or_default();
-    for a in attackers {
-        let _ = a.join();
-    }
-    let rate = made.load(Ordering::Relaxed) as f64 / attacked_for;
     println!("# {n} ranks, {iters} all-reduces x {rounds} batches per cell (median batch), ports {ports:?}");
-    println!("# attack: {} attacker threads, {rate:.0} hostile connections/s", ports.len() * 6);
-    println!("| bytes | quiet us | under attack us | attack/quiet |");
-    println!("|---:|---:|---:|---:|");
+    println!(
+        "# attack: {} attacker threads ({pace_us} us pause each); hostile connections/s: {:.0} at decoys, {:.0} at the job",
+        ports.len() * 6,
+        rates[0].1,
+        rates[1].1
+    );
+    println!("| bytes | quiet us | decoys attacked us | job attacked us | job attacked / decoys attacked |");
+    println!("|---:|---:|---:|---:|---:|");
     for bytes in SIZES {
         let t = |p| results.iter().find(|r| r.0 == p && r.1 == bytes).map_or(f64::NAN, |r| r.2);
-        println!("| {bytes} | {:.2} | {:.2} | {:.2} |", t(0), t(1), t(1) / t(0));
+        println!("| {bytes} | {:.2} | {:.2} | {:.2} | {:.2} |", t(0), t(1), t(2), t(2) / t(1));
     }
 }

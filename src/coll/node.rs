@@ -195,7 +195,12 @@ impl NodeOp {
             }
         };
         if self.phase == Phase::Start {
-            self.start(area);
+            if tiny {
+                self.seq = area.next_seq();
+                area.begin_tiny(self.seq, self.sig);
+            } else {
+                self.start(area);
+            }
             self.phase = Phase::WaitSlot;
         }
         if self.phase == Phase::WaitSlot {

@@ -40,9 +40,9 @@ const TINY_SIG: usize = 56;
 /// operation): `(seq as u32) << 32 | signature`, written when a rank starts an operation, so
 /// that peers can compare calls whatever algorithm each chose.
 const ANNOUNCE_OFFSET: usize = 8;
-/// Idle polls between comparisons of the peers' announced calls (catches ranks that chose
+/// Idle polls between comparisons of the peers' announced calls (and looks at the clock) (catches ranks that chose
 /// different algorithms because their calls differ, which would otherwise wait for ever).
-const SIG_EVERY: u32 = 256;
+const SIG_EVERY: u32 = 1024;
 /// Bytes of each of a rank's two small-data slots.
 pub const SMALL_BYTES: usize = 16 << 10;
 /// Least time between liveness checks of the peers while waiting: a dead rank is noticed
@@ -304,12 +304,17 @@ impl NodeArea {
     /// Announces that this rank's tiny slot holds its input for operation `seq` (with the
     /// signature given to [`NodeArea::announce`]).
     pub fn post_tiny(&self, seq: u64) {
-        let line = self.tiny_seq(self.rank, seq).as_ptr() as *mut u8;
-        // SAFETY: the signature word is inside our own tiny slot's line (TINY_SIG + 8 <= 64),
-        // 8-aligned, only accessed atomically; published by the Release store below.
-        let sig = unsafe { &*(line.add(TINY_SIG) as *const AtomicU64) };
-        sig.store(u64::from(self.current.1 .0), Ordering::Relaxed);
+        // Published by the Release store of the sequence word, in the same line.
+        self.tiny_sig(self.rank, seq).store(u64::from(self.current.1 .0), Ordering::Relaxed);
         self.tiny_seq(self.rank, seq).store(seq, Ordering::Release);
+    }
+
+    /// Records that this rank starts operation `seq` for a call of signature `sig`, for
+    /// one-shot through tiny slots, which carries the signature in the slot's line
+    /// ([`NodeArea::post_tiny`]) and leaves the Arrived line alone (peers read it only when
+    /// they check while idle, but a store there would pull the line back every operation).
+    pub fn begin_tiny(&mut self, seq: u64, sig: OpSig) {
+        self.current = (seq, sig);
     }
 
     /// Records that this rank starts operation `seq` for a call of signature `sig`, where
@@ -326,10 +331,22 @@ impl NodeArea {
     pub fn check_peer(&self, rank: usize) -> Result<()> {
         let (seq, sig) = self.current;
         let w = self.ctrl_word(rank, ANNOUNCE_OFFSET + (seq & 1) as usize * 8).load(Ordering::Relaxed);
-        if (w >> 32) as u32 != seq as u32 {
-            return Ok(());
+        if (w >> 32) as u32 == seq as u32 {
+            return sig.check(OpSig(w as u32), self.rank, rank);
         }
-        sig.check(OpSig(w as u32), self.rank, rank)
+        // One-shot through tiny slots announces in the slot's line instead.
+        if self.tiny_seq(rank, seq).load(Ordering::Acquire) == seq {
+            return sig.check(OpSig(self.tiny_sig(rank, seq).load(Ordering::Relaxed) as u32), self.rank, rank);
+        }
+        Ok(())
+    }
+
+    /// The signature word in `rank`'s tiny slot line for operation `seq` (by parity).
+    fn tiny_sig(&self, rank: usize, seq: u64) -> &AtomicU64 {
+        let line = self.tiny_seq(rank, seq).as_ptr() as *const u8;
+        // SAFETY: inside rank's tiny line (TINY_SIG + 8 <= 64), 8-aligned, only accessed
+        // atomically.
+        unsafe { &*(line.add(TINY_SIG) as *const AtomicU64) }
     }
 
     /// [`NodeArea::check_peer`] for every other rank.
@@ -346,11 +363,8 @@ impl NodeArea {
                 self.note_idle()?;
                 return Ok(false);
             }
-            let line = self.tiny_seq(r, seq).as_ptr() as *const u8;
-            // SAFETY: inside rank r's tiny line, 8-aligned, only accessed atomically; its value
-            // for `seq` is visible after the Acquire load above (it cannot be rewritten before
-            // this rank marks Left).
-            let theirs = unsafe { &*(line.add(TINY_SIG) as *const AtomicU64) }.load(Ordering::Relaxed);
+            // Visible after the Acquire load above; not rewritten before this rank marks Left.
+            let theirs = self.tiny_sig(r, seq).load(Ordering::Relaxed);
             self.current.1.check(OpSig(theirs as u32), self.rank, r)?;
             *ready += 1;
         }
