@@ -122,7 +122,7 @@ FORTRAN_STAMP := $(FORTRAN_DIR)/ferroccl.mod
 MPI_NP        ?= 2 4
 MPI_TIMEOUT   ?= 60
 MPIRUN_FLAGS  ?= --oversubscribe
-MPI_TEST_PROGRAMS := $(BUILDDIR)/tests/comm_init_mpi_c \
+MPI_TEST_PROGRAMS := $(BUILDDIR)/tests/comm_init_mpi_c $(BUILDDIR)/tests/recreate_mpi_c \
                      $(if $(filter $(MPIF90),$(FORTRAN_FC)),$(BUILDDIR)/tests/comm_init_mpi_f90 $(BUILDDIR)/tests/comm_init_mpi_f08)
 MPI_EXAMPLES  ?= $(patsubst examples/c/%.c,$(BUILDDIR)/examples/c/%,$(sort $(wildcard examples/c/*.c))) \
                  $(if $(filter $(MPIF90),$(FORTRAN_FC)),$(patsubst examples/fortran/%.f90,$(BUILDDIR)/examples/fortran/%,$(sort $(wildcard examples/fortran/*.f90))))
@@ -281,6 +281,10 @@ test-packaging: src.build fortran
 	$(TEST_ENV) tests/packaging/run-all.sh
 
 $(BUILDDIR)/tests/comm_init_mpi_c: tests/c/comm_init_mpi.c src.build
+	@mkdir -p $(@D)
+	$(MPICC) -O1 -Wall -I$(BUILDDIR)/include $< -o $@ -L$(BUILDDIR)/lib -lnccl $(RPATH_FLAGS)
+
+$(BUILDDIR)/tests/recreate_mpi_c: tests/c/recreate_mpi.c src.build
 	@mkdir -p $(@D)
 	$(MPICC) -O1 -Wall -I$(BUILDDIR)/include $< -o $@ -L$(BUILDDIR)/lib -lnccl $(RPATH_FLAGS)
 

@@ -176,6 +176,14 @@ pub static PARAMS: &[Param] = &[
          counter advanced) before it fails with ncclTimeout naming the ranks it waited for; \
          unset or 0 waits for ever, as NCCL",
     ),
+    param(
+        "FERROCCL_SOCKET_DEAD_PEER",
+        Seconds,
+        "6",
+        "Seconds a peer host may leave TCP unanswered (vanished, partitioned) before its \
+         connections fail with ncclRemoteError: keepalive probes on idle connections from a third \
+         of it on, TCP_USER_TIMEOUT on unacknowledged data; 0 keeps the system's TCP defaults",
+    ),
     param("FERROCCL_CHUNK_SIZE", Bytes, "524288", "Bytes per pipelined ring chunk"),
     param(
         "FERROCCL_TREE_THRESHOLD",

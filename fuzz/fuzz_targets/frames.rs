@@ -1,7 +1,7 @@
 //! What arrives first on a data connection: the hello (connection kind, rank, magic) and the
 //! frame headers after it. Garbage is an error, never a panic; what decodes re-encodes the same.
 #![no_main]
-use ferroccl::wire::{frame_header, frame_len, Hello};
+use ferroccl::wire::{frame_fields, frame_header, Hello};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -11,7 +11,10 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(h) = Hello::decode(body, magic) {
         assert_eq!(Hello::decode(&h.encode(), magic).expect("re-decodes"), h);
     }
-    if let Ok(len) = frame_len(body) {
-        assert_eq!(frame_len(&frame_header(len)).expect("re-decodes"), len);
+    if let Ok((len, sig)) = frame_fields(body) {
+        assert_eq!(frame_header(len, sig).as_slice(), body, "canonical");
+        // The signature of a frame is compared against this rank's call: never a panic.
+        let mine = ferroccl::wire::OpSig(magic as u32);
+        let _ = mine.check(sig, 0, 1);
     }
 });

@@ -62,6 +62,8 @@ pub struct Bootstrap {
     unexpected: Vec<(usize, u32, Vec<u8>)>,
     /// The abort flag of the communicator this bootstrap serves (none while it is created).
     interrupt: Option<Interrupt>,
+    /// Accepted connections whose hellos are still due (strangers are dropped from it).
+    hellos: socket::HelloQueue,
 }
 
 impl Bootstrap {
@@ -107,6 +109,7 @@ impl Bootstrap {
             prev: None,
             unexpected: Vec::new(),
             interrupt: interrupt.cloned(),
+            hellos: socket::HelloQueue::default(),
         };
         if nranks > 1 {
             // Connect to the next rank while accepting the previous one: a TLS client
@@ -167,16 +170,11 @@ impl Bootstrap {
     /// meanwhile are queued and strangers dropped.
     fn accept_from(&mut self, kind: ConnKind, peer: usize, deadline: Instant) -> Result<Stream> {
         loop {
-            let mut s = socket::accept_or_interrupt(&self.listener, deadline, self.interrupt.as_ref())
+            let (mut s, hello) = self
+                .hellos
+                .next(&self.listener, self.magic, deadline, self.interrupt.as_ref())
                 .map_err(|e| e.context("bootstrap"))?;
             s.set_timeout(Some(timeout()))?;
-            let hello = match s.recv_hello(self.magic) {
-                Ok(h) => h,
-                Err(e) => {
-                    log::info!(target: "BOOTSTRAP", "Bootstrap: dropped connection from {}: {e}", s.peer());
-                    continue;
-                }
-            };
             s.attribute(self.magic, tls::Owner::Rank(self.rank as u32), tls::Channel::Bootstrap);
             match hello.kind {
                 k if k == kind && hello.rank as usize == peer && kind != ConnKind::BootstrapP2p => return Ok(s),
@@ -246,19 +244,17 @@ impl Bootstrap {
             if let Some(i) = self.unexpected.iter().position(|(p, t, _)| *p == peer && *t == tag) {
                 return Ok(self.unexpected.remove(i).2);
             }
-            let mut s = socket::accept_or_interrupt(&self.listener, deadline, self.interrupt.as_ref())
+            let (mut s, hello) = self
+                .hellos
+                .next(&self.listener, self.magic, deadline, self.interrupt.as_ref())
                 .map_err(|e| e.context(&format!("bootstrap recv from rank {peer}")))?;
             s.set_timeout(Some(timeout()))?;
-            match s.recv_hello(self.magic) {
-                Ok(h) if h.kind == ConnKind::BootstrapP2p && (h.rank as usize) < self.nranks => {
-                    s.attribute(self.magic, tls::Owner::Rank(self.rank as u32), tls::Channel::Bootstrap);
-                    let data = s.recv_msg(MAX_MESSAGE, "bootstrap message")?;
-                    self.unexpected.push((h.rank as usize, h.extra, data));
-                }
-                Ok(h) => {
-                    log::info!(target: "BOOTSTRAP", "Bootstrap: dropped unexpected {:?} connection from rank {}", h.kind, h.rank)
-                }
-                Err(e) => log::info!(target: "BOOTSTRAP", "Bootstrap: dropped connection from {}: {e}", s.peer()),
+            if hello.kind == ConnKind::BootstrapP2p && (hello.rank as usize) < self.nranks {
+                s.attribute(self.magic, tls::Owner::Rank(self.rank as u32), tls::Channel::Bootstrap);
+                let data = s.recv_msg(MAX_MESSAGE, "bootstrap message")?;
+                self.unexpected.push((hello.rank as usize, hello.extra, data));
+            } else {
+                log::info!(target: "BOOTSTRAP", "Bootstrap: dropped unexpected {:?} connection from rank {}", hello.kind, hello.rank)
             }
         }
     }

@@ -27,11 +27,13 @@ fn serve(listener: &TcpListener, magic: u64) -> Result<()> {
     let mut nranks: Option<u32> = None;
     let mut ranks: Vec<Option<(Stream, SocketAddr)>> = Vec::new();
     let mut arrived = 0usize;
+    let mut hellos = socket::HelloQueue::default();
     loop {
-        let mut stream = socket::accept(listener, deadline)?;
+        // Strangers (garbage, silent or slow connections) are dropped by the queue.
+        let (mut stream, hello) = hellos.next(listener, magic, deadline, None)?;
         stream.set_timeout(Some(std::time::Duration::from_secs(10)))?;
-        // A bad peer (wrong magic, garbage) is dropped; the root keeps serving.
-        let info = match stream.recv_hello(magic).and_then(|h| {
+        // A bad peer (wrong kind, garbage after the hello) is dropped; the root keeps serving.
+        let info = match Ok(hello).and_then(|h: Hello| {
             if h.kind != ConnKind::Root {
                 return Err(Error::remote(format!("unexpected {:?} connection at the root", h.kind)));
             }

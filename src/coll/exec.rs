@@ -18,7 +18,7 @@ use super::reduce::Reduction;
 use crate::error::{Error, Result};
 use crate::interrupt::Watchdog;
 use crate::transport::links::Links;
-use crate::transport::{MemRegion, RecvOp, RequestId, WaitHint};
+use crate::transport::{MemRegion, OpSig, RecvOp, RequestId, WaitHint};
 
 /// The caller's memory for one operation.
 ///
@@ -42,6 +42,8 @@ pub struct Work {
     pub send_copy: Option<Vec<u64>>,
     /// A node-level operation (`coll::node`) instead of the plan's steps (it has none).
     pub node: Option<super::node::NodeOp>,
+    /// The call's signature, sent with every message and compared by the receiver.
+    pub sig: OpSig,
 }
 
 // SAFETY: Work only carries addresses of memory its submitter keeps alive until completion.
@@ -423,6 +425,7 @@ fn progress_comm(
         }
         let Step::Send { src, .. } = cw.works[sw].plan.steps[ss].step else { unreachable!() };
         let Step::Recv { dst, action, .. } = cw.works[rw].plan.steps[rs].step else { unreachable!() };
+        cw.works[rw].sig.check(cw.works[sw].sig, me, me)?;
         if src.len != dst.len {
             return Err(Error::invalid_usage(format!(
                 "send to self of {} bytes matched a receive of {} bytes",
@@ -458,7 +461,7 @@ fn progress_comm(
             // send has completed (the plan's dependency rule).
             let region = unsafe { MemRegion::new(ptr, src.len) };
             let conn = cw.links.send_conn(peer)?;
-            match conn.isend(region)? {
+            match conn.isend(region, cw.works[w].sig).map_err(|e| name_ranks(e, me, peer))? {
                 Some(req) => {
                     st.send_queues[peer].pop_front();
                     st.posted_sends.push((peer, req, (w, s)));
@@ -506,13 +509,14 @@ fn progress_comm(
                     Some(RecvOp::Combine { local, reduction: cw.works[w].reduction.expect("checked in reset_state") })
                 }
             };
+            let sig = cw.works[w].sig;
             let (posted, staging) = match on_arrival {
-                Some(op) => (conn.irecv_op(dst_region, op)?, None),
+                Some(op) => (conn.irecv_op(dst_region, op, sig).map_err(|e| name_ranks(e, me, peer))?, None),
                 None => {
                     let mut buf = take_staging(pool, dst.len);
                     // SAFETY: staging is owned by the PostedRecv entry until the request completes.
                     let region = unsafe { MemRegion::new(buf.as_mut_ptr() as *mut u8, dst.len) };
-                    (conn.irecv(region)?, Some(buf))
+                    (conn.irecv(region, sig).map_err(|e| name_ranks(e, me, peer))?, Some(buf))
                 }
             };
             match posted {
@@ -536,7 +540,7 @@ fn progress_comm(
     while i < st.posted_sends.len() {
         let (peer, req, r) = st.posted_sends[i];
         let conn = cw.links.send_conn(peer)?;
-        if conn.test(req)?.is_some() {
+        if conn.test(req).map_err(|e| name_ranks(e, me, peer))?.is_some() {
             st.posted_sends.swap_remove(i);
             mark_done(st, r);
             progressed = true;
@@ -548,7 +552,7 @@ fn progress_comm(
     while i < st.posted_recvs.len() {
         let peer = st.posted_recvs[i].peer;
         let conn = cw.links.recv_conn(peer)?.ok_or_else(|| Error::internal("posted receive lost its connection"))?;
-        if conn.test(st.posted_recvs[i].req)?.is_none() {
+        if conn.test(st.posted_recvs[i].req).map_err(|e| name_ranks(e, me, peer))?.is_none() {
             i += 1;
             continue;
         }
@@ -563,6 +567,20 @@ fn progress_comm(
         progressed = true;
     }
     Ok(progressed)
+}
+
+/// A transport's error with the ranks named: a mismatch ("this rank", "the peer"), or a
+/// failed connection (which transports name by address).
+fn name_ranks(e: Error, me: usize, peer: usize) -> Error {
+    match e {
+        Error::InvalidUsage(m) if m.starts_with("mismatched calls") => Error::InvalidUsage(
+            m.replace("this rank", &format!("rank {me}")).replace("the peer", &format!("rank {peer}")),
+        ),
+        Error::Remote(m) if !m.contains(&format!("rank {peer}")) => {
+            Error::Remote(format!("rank {me} with rank {peer}: {m}"))
+        }
+        other => other,
+    }
 }
 
 fn take_staging(pool: &mut Vec<Vec<u64>>, bytes: usize) -> Vec<u64> {

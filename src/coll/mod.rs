@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use crate::comm::Comm;
 use crate::error::{Error, Result};
+use crate::transport::OpSig;
 use crate::types::DataType;
 use algo::CollKind;
 use exec::{CommWork, OpBuffers, Work};
@@ -184,6 +185,7 @@ pub fn run_one(comm: &Arc<Comm>, req: &OpRequest) -> Result<()> {
 fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Result<Work> {
     let (rank, n) = (comm.rank, comm.nranks);
     let (send_len, recv_len) = buffer_lengths(req, rank, n)?;
+    let sig = signature(req);
     let es = req.dtype.size();
     let block = req.count * es;
     let send = req.send as usize;
@@ -243,8 +245,8 @@ fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Resul
         };
         log::debug!(target: "COLL", "{} count {} datatype {} in_place {in_place} algorithm {}", req.op.name(), req.count, req.dtype, algo.name());
         let stage_max = tuning.node_stage_max.unwrap_or_else(|| node::default_stage_max(&coll, n));
-        let node = node::NodeOp::new(coll, algo, bufs.send, bufs.recv, block).with_stage_max(stage_max);
-        return Ok(Work { plan: node_plan(algo), bufs, reduction: req.reduction, send_copy, node: Some(node) });
+        let node = node::NodeOp::new(coll, algo, bufs.send, bufs.recv, block, sig).with_stage_max(stage_max);
+        return Ok(Work { plan: node_plan(algo), bufs, reduction: req.reduction, send_copy, node: Some(node), sig });
     }
     let choice = algo::choose(kind, args.total_bytes(n), n, tuning.tree_threshold, &tuning.selection);
     if let Some(reason) = &choice.fallback_reason {
@@ -252,7 +254,36 @@ fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Resul
     }
     let plan = plan_cache::cached_plan(comm, &args, choice.algorithm, tuning.chunk_bytes)?;
     log::debug!(target: "COLL", "{} count {} datatype {} in_place {in_place} algorithm {} steps {}", req.op.name(), req.count, req.dtype, plan.algorithm, plan.steps.len());
-    Ok(Work { plan, bufs, reduction: req.reduction, send_copy, node: None })
+    Ok(Work { plan, bufs, reduction: req.reduction, send_copy, node: None, sig })
+}
+
+/// The signature of a call (`wire::sig`): what every rank's matching call must agree on.
+pub(crate) fn signature(req: &OpRequest) -> OpSig {
+    let dtype = DataType::ALL.iter().position(|&d| d == req.dtype).unwrap_or(0) as u32;
+    let op = req.reduction.map_or(0, |r| {
+        let kind = match r.kind {
+            reduce::ReduceKind::Sum => 0,
+            reduce::ReduceKind::Prod => 1,
+            reduce::ReduceKind::Max => 2,
+            reduce::ReduceKind::Min => 3,
+        };
+        OpSig::op_code(kind, r.has_pre(), r.has_post())
+    });
+    let (kind, root) = match req.op {
+        CollOp::AllReduce => (1, 0),
+        CollOp::Broadcast { root } => (2, root),
+        CollOp::Reduce { root } => (3, root),
+        CollOp::AllGather => (4, 0),
+        CollOp::ReduceScatter => (5, 0),
+        CollOp::AlltoAll => (6, 0),
+        CollOp::Gather { root } => (7, root),
+        CollOp::Scatter { root } => (8, root),
+        // A send matches a receive of as many bytes, whatever type each side names.
+        CollOp::Send { .. } | CollOp::Recv { .. } => {
+            return OpSig::new(crate::wire::sig::KIND_P2P, 0, 0, 0, req.count.wrapping_mul(req.dtype.size()))
+        }
+    };
+    OpSig::new(kind, dtype, op, root, req.count)
 }
 
 /// The node-level algorithm for this call, if one applies. Depends only on what every rank

@@ -22,6 +22,7 @@ use super::reduce::{Pre, Reduction};
 use crate::error::{Error, Result};
 use crate::transport::node_area::{BufDesc, Counter, NodeArea, PeerBuf, SMALL_BYTES, TINY_BYTES};
 use crate::transport::peer_mem;
+use crate::wire::OpSig;
 
 /// Largest message (bytes) the one-shot algorithm takes at `nranks` ranks; larger ones go
 /// direct. One-shot synchronises once but every rank reads every input, which its owner has
@@ -165,6 +166,8 @@ pub struct NodeOp {
     /// Direct and pull: offset of the current round's piece, and the rounds' piece size.
     off: usize,
     piece: usize,
+    /// The call's signature, announced in the area and compared with the peers'.
+    sig: OpSig,
 }
 
 // SAFETY: carries the user's buffer addresses, valid until the operation completes (API
@@ -172,7 +175,7 @@ pub struct NodeOp {
 unsafe impl Send for NodeOp {}
 
 impl NodeOp {
-    pub fn new(coll: NodeColl, algo: NodeAlgo, send: *const u8, recv: *mut u8, bytes: usize) -> NodeOp {
+    pub fn new(coll: NodeColl, algo: NodeAlgo, send: *const u8, recv: *mut u8, bytes: usize, sig: OpSig) -> NodeOp {
         NodeOp {
             coll,
             algo,
@@ -187,6 +190,7 @@ impl NodeOp {
             stage_recv: false,
             off: 0,
             piece: bytes,
+            sig,
         }
     }
 
@@ -195,6 +199,12 @@ impl NodeOp {
     pub fn with_stage_max(mut self, stage_max: usize) -> NodeOp {
         self.stage_max = stage_max;
         self
+    }
+
+    /// Numbers this operation (or round) and announces its call to the peers.
+    fn start(&mut self, area: &mut NodeArea) {
+        self.seq = area.next_seq();
+        area.announce(self.seq, self.sig);
     }
 
     pub fn algo(&self) -> NodeAlgo {
@@ -264,7 +274,12 @@ impl NodeOp {
             return Ok(());
         }
         if self.phase == Phase::Start {
-            self.seq = area.next_seq();
+            if tiny {
+                self.seq = area.next_seq();
+                area.begin_tiny(self.seq, self.sig);
+            } else {
+                self.start(area);
+            }
             self.phase = if posts { Phase::WaitSlot } else { Phase::WaitArrived };
         }
         if self.phase == Phase::WaitSlot {
@@ -295,11 +310,15 @@ impl NodeOp {
             self.phase = Phase::WaitArrived;
         }
         if self.phase == Phase::WaitArrived {
+            // Tiny slots carry the signature in their line (compared as each is seen);
+            // small ones next to the Arrived counter just read.
             let arrived = match (root, tiny) {
-                (Some(r), true) => area.posted_tiny(r, self.seq)?,
-                (Some(r), false) => area.reached(r, Counter::Arrived, self.seq)?,
+                (Some(r), true) => area.posted_tiny(r, self.seq)? && area.check_peer(r).map(|()| true)?,
+                (Some(r), false) => {
+                    area.reached(r, Counter::Arrived, self.seq)? && area.check_peer(r).map(|()| true)?
+                }
                 (None, true) => area.all_posted_tiny(self.seq, &mut self.ready)?,
-                (None, false) => area.all_reached(Counter::Arrived, self.seq)?,
+                (None, false) => area.all_reached(Counter::Arrived, self.seq)? && area.check_peers().map(|()| true)?,
             };
             if !arrived {
                 return Ok(());
@@ -435,7 +454,7 @@ impl NodeOp {
             return Ok(());
         }
         if self.phase == Phase::Start {
-            self.seq = area.next_seq();
+            self.start(area);
             let pre = match red.pre {
                 Pre::Mul(s) => Some(s),
                 Pre::None => None,
@@ -451,6 +470,7 @@ impl NodeOp {
                 if !area.all_reached(Counter::Arrived, self.seq)? {
                     return Ok(());
                 }
+                area.check_peers()?;
                 self.fix_piece(area, 0..n);
                 self.reduce_round(area, scratch, red)?;
                 // Non-temporal stores are not ordered by the Release below: fence them first.
@@ -475,7 +495,7 @@ impl NodeOp {
                 self.phase = Phase::Done;
                 return Ok(());
             }
-            self.seq = area.next_seq();
+            self.start(area);
             self.phase = Phase::WaitSlot;
         }
     }
@@ -551,7 +571,7 @@ impl NodeOp {
             return Ok(());
         }
         if self.phase == Phase::Start {
-            self.seq = area.next_seq();
+            self.start(area);
             let pre = match red.pre {
                 Pre::Mul(s) => Some(s),
                 Pre::None => None,
@@ -568,6 +588,7 @@ impl NodeOp {
                 if !area.all_reached(Counter::Arrived, self.seq)? {
                     return Ok(());
                 }
+                area.check_peers()?;
                 self.fix_piece(area, 0..n);
                 let len = self.piece.min(self.bytes - self.off);
                 let inputs: Vec<PeerBuf> = (0..n)
@@ -608,7 +629,7 @@ impl NodeOp {
                 area.mark(Counter::Left, self.seq);
                 self.off += len;
                 if self.off < self.bytes {
-                    self.seq = area.next_seq();
+                    self.start(area);
                     self.phase = Phase::WaitSlot;
                     continue;
                 }
@@ -632,7 +653,7 @@ impl NodeOp {
             return Ok(());
         }
         if self.phase == Phase::Start {
-            self.seq = area.next_seq();
+            self.start(area);
             let send_len = if root.is_none_or(|r| r == me) { block } else { 0 };
             // The receive buffer is only ever written by its owner: never staged.
             self.publish_direct(area, send_len, 0, None);
@@ -652,6 +673,10 @@ impl NodeOp {
                     return Ok(());
                 }
                 match root {
+                    None => area.check_peers()?,
+                    Some(r) => area.check_peer(r)?,
+                }
+                match root {
                     None => self.fix_piece(area, 0..n),
                     Some(r) => self.fix_piece(area, r..r + 1),
                 }
@@ -659,7 +684,7 @@ impl NodeOp {
                 area.mark(Counter::Left, self.seq);
                 self.off += self.piece.min(block - self.off);
                 if self.off < block {
-                    self.seq = area.next_seq();
+                    self.start(area);
                     self.phase = Phase::WaitSlot;
                     continue;
                 }
@@ -670,7 +695,13 @@ impl NodeOp {
                 self.phase = if sends { Phase::WaitLeft } else { Phase::Done };
             }
             // Peers read our send buffer until then.
-            return self.wait_left(area);
+            self.wait_left(area)?;
+            // A root learns only now whether the others took it for the root: compare with
+            // every rank still on this operation (ranks already past it are not compared).
+            if root == Some(me) && self.phase == Phase::Done {
+                area.check_peers()?;
+            }
+            return Ok(());
         }
     }
 
@@ -883,6 +914,7 @@ mod tests {
                 send.as_ptr().cast(),
                 recv0.as_mut_ptr().cast(),
                 count * 8,
+                OpSig::NONE,
             );
             let mut op1 = NodeOp::new(
                 NodeColl::AllReduce(red),
@@ -890,6 +922,7 @@ mod tests {
                 send.as_ptr().cast(),
                 recv1.as_mut_ptr().cast(),
                 count * 8,
+                OpSig::NONE,
             );
             let before = areas[0].progress_mark();
             op0.progress(&mut areas[0], &mut a).unwrap();
@@ -912,6 +945,7 @@ mod tests {
                 send.as_ptr().cast(),
                 recv2.as_mut_ptr().cast(),
                 count * 8,
+                OpSig::NONE,
             );
             let mut c = Vec::new();
             while !(op0.is_done() && op1.is_done() && op2.is_done()) {
@@ -1023,7 +1057,7 @@ mod tests {
                             // In-place reduce-scatter: the result is block `me` of the input.
                             let at = if matches!(coll, NodeColl::ReduceScatter(_)) && in_place { me * count } else { 0 };
                             let recv = out[at..].as_mut_ptr() as *mut u8;
-                            let mut op = NodeOp::new(coll, algo, send, recv, bytes).with_stage_max(stage_max(me));
+                            let mut op = NodeOp::new(coll, algo, send, recv, bytes, OpSig::NONE).with_stage_max(stage_max(me));
                             while !op.is_done() {
                                 op.progress(&mut area, &mut scratch).unwrap();
                             }
@@ -1037,6 +1071,70 @@ mod tests {
             .collect();
         for t in threads {
             t.join().unwrap();
+        }
+    }
+
+    /// Calls that differ fail both ranks with ncclInvalidUsage naming the difference: through
+    /// tiny slots, small slots, direct and pull, and when the ranks chose different algorithms
+    /// (which would otherwise wait for ever).
+    #[test]
+    fn mismatched_calls_are_refused() {
+        use crate::transport::node_area::areas_for_threads;
+        use crate::types::{BuiltinOp, DataType};
+        let red = Reduction::builtin(DataType::Int64, BuiltinOp::Sum, 2);
+        let sig = |count: usize, root: usize| OpSig::new(1, 4, 1, root, count);
+        // (algorithm, count, signature) of rank 0 and rank 1, and what the message must say (|-separated).
+        type Side = (NodeColl, NodeAlgo, usize, OpSig);
+        let cases: Vec<(Side, Side, &str)> = vec![
+            (
+                (NodeColl::AllReduce(red), NodeAlgo::OneShot, 2, sig(2, 0)),
+                (NodeColl::AllReduce(red), NodeAlgo::OneShot, 2, OpSig::new(1, 4, 3, 0, 2)),
+                "operator |sum on rank |max on rank ",
+            ),
+            (
+                (NodeColl::AllReduce(red), NodeAlgo::OneShot, 64, sig(64, 0)),
+                (NodeColl::AllReduce(red), NodeAlgo::OneShot, 64, sig(65, 0)),
+                "counts differ|64 on rank |65 on rank ",
+            ),
+            (
+                (NodeColl::AllReduce(red), NodeAlgo::Direct, 4096, sig(4096, 0)),
+                (NodeColl::AllReduce(red), NodeAlgo::Direct, 4096, OpSig::new(1, 5, 1, 0, 4096)),
+                "data type |int64 on rank |uint64 on rank ",
+            ),
+            (
+                (NodeColl::AllReduce(red), NodeAlgo::OneShot, 2, sig(2, 0)),
+                (NodeColl::AllReduce(red), NodeAlgo::Direct, 4096, sig(4096, 0)),
+                "counts differ|2 on rank |0 on rank ",
+            ),
+            (
+                (NodeColl::Broadcast { root: 0 }, NodeAlgo::Direct, 4096, OpSig::new(2, 4, 0, 0, 4096)),
+                (NodeColl::Broadcast { root: 1 }, NodeAlgo::Direct, 4096, OpSig::new(2, 4, 0, 1, 4096)),
+                "root |0 on rank |1 on rank ",
+            ),
+        ];
+        for (k, (a, b, want)) in cases.into_iter().enumerate() {
+            let mut areas = areas_for_threads(2);
+            let send = vec![1i64; 4096];
+            let (mut out0, mut out1) = (vec![0i64; 4096], vec![0i64; 4096]);
+            let mut op0 = NodeOp::new(a.0, a.1, send.as_ptr().cast(), out0.as_mut_ptr().cast(), a.2 * 8, a.3);
+            let mut op1 = NodeOp::new(b.0, b.1, send.as_ptr().cast(), out1.as_mut_ptr().cast(), b.2 * 8, b.3);
+            let (mut s0, mut s1) = (Vec::new(), Vec::new());
+            let (mut e0, mut e1) = (None, None);
+            for _ in 0..100_000 {
+                if e0.is_none() && !op0.is_done() {
+                    e0 = op0.progress(&mut areas[0], &mut s0).err();
+                }
+                if e1.is_none() && !op1.is_done() {
+                    e1 = op1.progress(&mut areas[1], &mut s1).err();
+                }
+                if (e0.is_some() || op0.is_done()) && (e1.is_some() || op1.is_done()) {
+                    break;
+                }
+            }
+            let e = e0.or(e1).unwrap_or_else(|| panic!("case {k}: no rank saw the mismatch"));
+            assert_eq!(e.code(), crate::error::ncclResult_t::ncclInvalidUsage, "case {k}: {e}");
+            let msg = e.to_string();
+            assert!(want.split('|').all(|w| msg.contains(w)), "case {k}: {msg} (expected {want})");
         }
     }
 

@@ -33,6 +33,7 @@ pub mod tier;
 use std::os::fd::RawFd;
 
 use crate::error::Result;
+pub use crate::wire::OpSig;
 
 /// A region of memory a request reads or writes.
 #[derive(Clone, Copy, Debug)]
@@ -114,8 +115,9 @@ pub trait NetListener: Send {
 
 /// Sending half of a connection.
 pub trait NetSend: Send {
-    /// Posts a send of the whole region; `None` if the connection cannot take more now.
-    fn isend(&mut self, data: MemRegion) -> Result<Option<RequestId>>;
+    /// Posts a send of the whole region made by a call of signature `sig` (which travels with
+    /// it, for the receiver to compare); `None` if the connection cannot take more now.
+    fn isend(&mut self, data: MemRegion, sig: OpSig) -> Result<Option<RequestId>>;
     /// `Some(bytes)` once the request is complete (its region may be reused).
     fn test(&mut self, req: RequestId) -> Result<Option<usize>>;
     fn wait_hint(&self) -> Option<WaitHint>;
@@ -173,13 +175,15 @@ pub fn apply_recv_op(dst: MemRegion, op: &RecvOp, offset: usize, incoming: &[u8]
 
 /// Receiving half of a connection.
 pub trait NetRecv: Send {
-    /// Posts a receive of exactly `data.len()` bytes (a different size from the peer is an error).
-    fn irecv(&mut self, data: MemRegion) -> Result<Option<RequestId>>;
+    /// Posts a receive of exactly `data.len()` bytes (a different size from the peer is an
+    /// error) for a call of signature `sig`: a message sent by a call of another signature
+    /// fails the request with `ncclInvalidUsage` naming the difference.
+    fn irecv(&mut self, data: MemRegion, sig: OpSig) -> Result<Option<RequestId>>;
     /// Posts a receive that applies `op` as the bytes arrive (only where
     /// [`NetRecv::reduces_on_arrival`] is true; others stage and reduce at completion).
-    fn irecv_op(&mut self, data: MemRegion, op: RecvOp) -> Result<Option<RequestId>> {
+    fn irecv_op(&mut self, data: MemRegion, op: RecvOp, sig: OpSig) -> Result<Option<RequestId>> {
         match op {
-            RecvOp::Copy => self.irecv(data),
+            RecvOp::Copy => self.irecv(data, sig),
             _ => Err(crate::error::Error::internal("this transport cannot reduce on arrival")),
         }
     }

@@ -22,6 +22,7 @@ use rustix::mm::{MapFlags, ProtFlags};
 use super::exchange::Exchange;
 use super::peer_mem::{self, PeerMaps, SharedRef};
 use crate::error::{Error, Result};
+use crate::wire::OpSig;
 
 const AREA_MAGIC: u64 = 0x4665_7272_6f4e_6f64;
 const HEADER_BYTES: usize = 4096;
@@ -30,9 +31,20 @@ const HEADER_BYTES: usize = 4096;
 const CTRL_BYTES: usize = 512;
 /// Offset of the first tiny slot in a control block: a sequence word, then the data.
 const TINY_OFFSET: usize = 384;
-/// Largest input a tiny slot holds: the rest of its cache line after the sequence word, so
-/// that one line transfer brings a peer both the news that its input is ready and the input.
-pub const TINY_BYTES: usize = 56;
+/// Largest input a tiny slot holds: its cache line after the sequence word and before the
+/// signature word, so that one line transfer brings a peer the news that its input is ready,
+/// the input, and what call it belongs to.
+pub const TINY_BYTES: usize = 48;
+/// Offset of the signature word in a tiny slot's line.
+const TINY_SIG: usize = 56;
+/// Offset, in the Arrived counter's line, of the two announcement words (by parity of the
+/// operation): `(seq as u32) << 32 | signature`, written when a rank starts an operation, so
+/// that peers can compare calls whatever algorithm each chose.
+const ANNOUNCE_OFFSET: usize = 8;
+/// Idle polls between comparisons of the peers' announced calls (and looks at the clock)
+/// (catches ranks that chose different algorithms because their calls differ, which would
+/// otherwise wait for ever).
+const SIG_EVERY: u32 = 1024;
 /// Largest input the one-shot algorithms put in a slot (their reads grow with the rank
 /// count, so larger inputs go direct whatever the slot size).
 pub const SMALL_BYTES: usize = 16 << 10;
@@ -43,8 +55,11 @@ pub const SMALL_BYTES: usize = 16 << 10;
 pub const SLOT_BYTES: usize = 1 << 20;
 /// Bounds on a configured slot size (FERROCCL_NODE_SLOT_SIZE).
 pub const SLOT_BYTES_RANGE: std::ops::RangeInclusive<usize> = SMALL_BYTES..=(64 << 20);
-/// Idle polls between liveness checks of the peers.
-const LIVENESS_EVERY: u32 = 1 << 14;
+/// Least time between liveness checks of the peers while waiting: a dead rank is noticed
+/// within about this much waiting however slowly the waiting loop turns (it sleeps after
+/// spinning a while, and load stretches the sleeps); the clock is read only every `SIG_EVERY`
+/// idle polls.
+const LIVENESS_PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A per-rank sequence counter. Each holds the number of the last node operation for which
 /// the rank reached that point; operations are numbered from 1 in call order, which is the
@@ -111,6 +126,10 @@ pub struct NodeArea {
     /// Per counter, a value every rank is known to have reached: waits up to it need not
     /// read the other ranks' counters (each read of a line a peer just wrote is a miss).
     floor: [u64; 2],
+    /// The operation under way and its call's signature (see [`NodeArea::announce`]).
+    current: (u64, OpSig),
+    /// When the peers were last checked for life during the current wait.
+    checked: Option<std::time::Instant>,
 }
 
 // SAFETY: the mapping is shared memory accessed only through atomics and the node
@@ -241,6 +260,8 @@ impl NodeArea {
             slot_bytes,
             one_process: pids.iter().all(|&p| p == me),
             floor: [0; 2],
+            current: (0, OpSig::NONE),
+            checked: None,
         };
         if area.header(0).load(Ordering::Acquire) != AREA_MAGIC
             || area.header(1).load(Ordering::Relaxed) != nranks as u64
@@ -304,6 +325,7 @@ impl NodeArea {
         }
         self.floor[c as usize] = least;
         self.idle = 0;
+        self.checked = None;
         Ok(true)
     }
 
@@ -312,6 +334,7 @@ impl NodeArea {
     pub fn reached(&mut self, rank: usize, c: Counter, seq: u64) -> Result<bool> {
         if self.floor[c as usize] >= seq || self.counter(rank, c).load(Ordering::Acquire) >= seq {
             self.idle = 0;
+            self.checked = None;
             return Ok(true);
         }
         self.note_idle()?;
@@ -328,22 +351,75 @@ impl NodeArea {
         self.ctrl_word(rank, TINY_OFFSET + (seq & 1) as usize * 64)
     }
 
-    /// Announces that this rank's tiny slot holds its input for operation `seq`.
+    /// Announces that this rank's tiny slot holds its input for operation `seq` (with the
+    /// signature given to [`NodeArea::announce`]).
     pub fn post_tiny(&self, seq: u64) {
+        // Published by the Release store of the sequence word, in the same line.
+        self.tiny_sig(self.rank, seq).store(u64::from(self.current.1 .0), Ordering::Relaxed);
         self.tiny_seq(self.rank, seq).store(seq, Ordering::Release);
+    }
+
+    /// Records that this rank starts operation `seq` for a call of signature `sig`, for
+    /// one-shot through tiny slots, which carries the signature in the slot's line
+    /// ([`NodeArea::post_tiny`]) and leaves the Arrived line alone (peers read it only when
+    /// they check while idle, but a store there would pull the line back every operation).
+    pub fn begin_tiny(&mut self, seq: u64, sig: OpSig) {
+        self.current = (seq, sig);
+    }
+
+    /// Records that this rank starts operation `seq` for a call of signature `sig`, where
+    /// every peer can compare it (before anything else of the operation is published).
+    pub fn announce(&mut self, seq: u64, sig: OpSig) {
+        self.current = (seq, sig);
+        let word = (seq as u32 as u64) << 32 | u64::from(sig.0);
+        self.ctrl_word(self.rank, ANNOUNCE_OFFSET + (seq & 1) as usize * 8).store(word, Ordering::Relaxed);
+    }
+
+    /// Compares `rank`'s announced call with this rank's current one, if it announced the same
+    /// operation (it may be one ahead, or not there yet): ncclInvalidUsage naming the
+    /// difference when they differ.
+    pub fn check_peer(&self, rank: usize) -> Result<()> {
+        let (seq, sig) = self.current;
+        let w = self.ctrl_word(rank, ANNOUNCE_OFFSET + (seq & 1) as usize * 8).load(Ordering::Relaxed);
+        if (w >> 32) as u32 == seq as u32 {
+            return sig.check(OpSig(w as u32), self.rank, rank);
+        }
+        // One-shot through tiny slots announces in the slot's line instead.
+        if self.tiny_seq(rank, seq).load(Ordering::Acquire) == seq {
+            return sig.check(OpSig(self.tiny_sig(rank, seq).load(Ordering::Relaxed) as u32), self.rank, rank);
+        }
+        Ok(())
+    }
+
+    /// The signature word in `rank`'s tiny slot line for operation `seq` (by parity).
+    fn tiny_sig(&self, rank: usize, seq: u64) -> &AtomicU64 {
+        let line = self.tiny_seq(rank, seq).as_ptr() as *const u8;
+        // SAFETY: inside rank's tiny line (TINY_SIG + 8 <= 64), 8-aligned, only accessed
+        // atomically.
+        unsafe { &*(line.add(TINY_SIG) as *const AtomicU64) }
+    }
+
+    /// [`NodeArea::check_peer`] for every other rank.
+    pub fn check_peers(&self) -> Result<()> {
+        (0..self.nranks).filter(|&r| r != self.rank).try_for_each(|r| self.check_peer(r))
     }
 
     /// Whether every rank's tiny slot holds its input for operation `seq` (and that input is
     /// visible). `ready` counts the ranks already seen, so each poll resumes after them.
     pub fn all_posted_tiny(&mut self, seq: u64, ready: &mut usize) -> Result<bool> {
         while *ready < self.nranks {
-            if self.tiny_seq(*ready, seq).load(Ordering::Acquire) < seq {
+            let r = *ready;
+            if self.tiny_seq(r, seq).load(Ordering::Acquire) < seq {
                 self.note_idle()?;
                 return Ok(false);
             }
+            // Visible after the Acquire load above; not rewritten before this rank marks Left.
+            let theirs = self.tiny_sig(r, seq).load(Ordering::Relaxed);
+            self.current.1.check(OpSig(theirs as u32), self.rank, r)?;
             *ready += 1;
         }
         self.idle = 0;
+        self.checked = None;
         Ok(true)
     }
 
@@ -385,8 +461,17 @@ impl NodeArea {
 
     fn note_idle(&mut self) -> Result<()> {
         self.idle = self.idle.wrapping_add(1);
-        if self.idle % LIVENESS_EVERY == 0 {
-            self.check_alive()?;
+        if self.idle % SIG_EVERY == 0 {
+            self.check_peers()?;
+            let now = std::time::Instant::now();
+            match self.checked {
+                Some(t) if now.duration_since(t) < LIVENESS_PERIOD => {}
+                Some(_) => {
+                    self.checked = Some(now);
+                    self.check_alive()?;
+                }
+                None => self.checked = Some(now),
+            }
         }
         Ok(())
     }

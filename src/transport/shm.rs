@@ -33,7 +33,9 @@ use rustix::net::{
 
 use super::peer_mem::read_remote;
 use super::socket::{ConnKind, Hello, HELLO_BYTES};
-use super::{ConnectorId, MemRegion, Net, NetHandle, NetListener, NetRecv, NetSend, RecvOp, RequestId, WaitHint};
+use super::{
+    ConnectorId, MemRegion, Net, NetHandle, NetListener, NetRecv, NetSend, OpSig, RecvOp, RequestId, WaitHint,
+};
 use crate::error::{Error, Result};
 
 /// Bytes of payload per slot, and slots per connection (4 MiB per direction, as NCCL_BUFFSIZE).
@@ -42,16 +44,21 @@ const SLOTS: usize = 16;
 const HEADER_BYTES: usize = 4096;
 const SLOT_HEADER: usize = 64;
 const SEGMENT_BYTES: usize = HEADER_BYTES + SLOTS * (SLOT_HEADER + SLOT_BYTES);
-/// Idle progress calls between liveness checks of the peer.
-const LIVENESS_EVERY: u32 = 4096;
+/// Idle progress calls between looks at the clock, and the least time between liveness
+/// checks of the peer: a dead peer is noticed within about `LIVENESS_PERIOD` of waiting,
+/// however slowly the waiting loop turns (it sleeps once it has spun for a while, and a
+/// loaded machine stretches every sleep), at the cost of one clock read per 64 idle polls.
+const CLOCK_EVERY: u32 = 64;
+const LIVENESS_PERIOD: Duration = Duration::from_millis(100);
 /// Messages from this size on use the single-copy path where available.
 const DIRECT_MIN: usize = 64 << 10;
 /// Bytes read per `process_vm_readv` piece when reducing (fits in cache with its operands).
 const DIRECT_PIECE: usize = 256 << 10;
 /// Slot header flag: the slot holds a descriptor (address, pid) instead of data.
 const FLAG_DIRECT: u64 = 1;
-/// Slot header words: message length, offset of this piece, piece length, flags, direct
-/// address, the slot's publication number (written last), then inline payload.
+/// Slot header words: message length, offset of this piece, piece length, flags (the low
+/// half; the high half holds the sending call's `OpSig`), direct address, the slot's
+/// publication number (written last), then inline payload.
 const HDR_SEQ: usize = 5;
 const HDR_INLINE: usize = 6;
 /// Pieces of at most this many bytes travel inside the slot header's cache line, so a small
@@ -290,7 +297,7 @@ impl Net for ShmNet {
             queue: VecDeque::new(),
             next_id: 0,
             done: Vec::new(),
-            idle: 0,
+            idle: Idle::new(),
             direct_sent: 0,
             head: 0,
             tail_seen: 0,
@@ -362,7 +369,7 @@ impl NetListener for ShmListener {
                 queue: VecDeque::new(),
                 next_id: 0,
                 done: Vec::new(),
-                idle: 0,
+                idle: Idle::new(),
             };
             return Ok(Some((id, Box::new(recv))));
         }
@@ -413,15 +420,37 @@ fn recv_with_fd(sock: &UnixStream) -> Result<([u8; HELLO_BYTES], OwnedFd)> {
     Ok((data, fd))
 }
 
-/// Counts progress calls that moved nothing while work waits, and checks every
-/// `LIVENESS_EVERY` of them that the peer is still alive.
-fn note_idle(moved: bool, waiting: bool, idle: &mut u32, sock: &UnixStream) -> Result<()> {
+/// The idle count of a connection and when its peer was last checked.
+struct Idle {
+    polls: u32,
+    checked: Option<Instant>,
+}
+
+impl Idle {
+    fn new() -> Idle {
+        Idle { polls: 0, checked: None }
+    }
+}
+
+/// Counts progress calls that moved nothing while work waits, and checks, every
+/// `LIVENESS_PERIOD` of such waiting, that the peer is still alive.
+fn note_idle(moved: bool, waiting: bool, idle: &mut Idle, sock: &UnixStream) -> Result<()> {
     if moved {
-        *idle = 0;
+        idle.polls = 0;
+        idle.checked = None;
     } else if waiting {
-        *idle = idle.wrapping_add(1);
-        if *idle % LIVENESS_EVERY == 0 {
-            check_alive(sock)?;
+        idle.polls = idle.polls.wrapping_add(1);
+        if idle.polls % CLOCK_EVERY == 0 {
+            let now = Instant::now();
+            match idle.checked {
+                Some(t) if now.duration_since(t) < LIVENESS_PERIOD => {}
+                Some(_) => {
+                    idle.checked = Some(now);
+                    check_alive(sock)?;
+                }
+                // The wait's start: the first check comes a period later.
+                None => idle.checked = Some(now),
+            }
         }
     }
     Ok(())
@@ -440,6 +469,7 @@ fn check_alive(sock: &UnixStream) -> Result<()> {
 struct SendReq {
     id: u64,
     region: MemRegion,
+    sig: OpSig,
     sent: usize,
     /// At least one slot was published (a zero-length message still takes one).
     started: bool,
@@ -452,7 +482,7 @@ struct ShmSend {
     next_id: u64,
     /// Completed requests not yet reported by `test` (few: requests complete in order).
     done: Vec<(u64, usize)>,
-    idle: u32,
+    idle: Idle,
     /// Direct messages published so far (the receiver counts those it completed).
     direct_sent: u64,
     /// Slots published so far (only the sender needs it: the receiver polls slot numbers).
@@ -490,7 +520,7 @@ impl ShmSend {
                         hdr.write(len as u64);
                         hdr.add(1).write(0);
                         hdr.add(2).write(0);
-                        hdr.add(3).write(FLAG_DIRECT);
+                        hdr.add(3).write(FLAG_DIRECT | u64::from(req.sig.0) << 32);
                         hdr.add(4).write(req.region.ptr() as u64);
                     }
                     self.seg.publish(head);
@@ -528,7 +558,7 @@ impl ShmSend {
                     hdr.write(len as u64);
                     hdr.add(1).write(req.sent as u64);
                     hdr.add(2).write(piece as u64);
-                    hdr.add(3).write(0);
+                    hdr.add(3).write(u64::from(req.sig.0) << 32);
                 }
                 self.seg.publish(head);
                 self.head = head + 1;
@@ -550,10 +580,10 @@ impl ShmSend {
 }
 
 impl NetSend for ShmSend {
-    fn isend(&mut self, data: MemRegion) -> Result<Option<RequestId>> {
+    fn isend(&mut self, data: MemRegion, sig: OpSig) -> Result<Option<RequestId>> {
         let id = self.next_id;
         self.next_id += 1;
-        self.queue.push_back(SendReq { id, region: data, sent: 0, started: false });
+        self.queue.push_back(SendReq { id, region: data, sig, sent: 0, started: false });
         self.progress()?;
         Ok(Some(RequestId(id)))
     }
@@ -584,6 +614,7 @@ struct RecvReq {
     id: u64,
     region: MemRegion,
     op: RecvOp,
+    sig: OpSig,
     got: usize,
     started: bool,
 }
@@ -597,7 +628,7 @@ struct ShmRecv {
     next_id: u64,
     /// Completed requests not yet reported by `test` (few: requests complete in order).
     done: Vec<(u64, usize)>,
-    idle: u32,
+    idle: Idle,
 }
 
 impl ShmRecv {
@@ -622,7 +653,10 @@ impl ShmRecv {
                         hdr.add(4).read(),
                     )
                 };
-                if flags == FLAG_DIRECT {
+                // The calls first: a different count or root usually changes the size too,
+                // and the signature says why.
+                req.sig.check_labelled(OpSig((flags >> 32) as u32), "this rank", "the peer")?;
+                if flags & 0xffff_ffff == FLAG_DIRECT {
                     if msg_len != len || req.started {
                         return Err(Error::invalid_usage(format!(
                             "message size mismatch: peer sent {msg_len} bytes, {len} were posted (do the ranks' calls match?)"
@@ -669,14 +703,14 @@ impl ShmRecv {
 }
 
 impl NetRecv for ShmRecv {
-    fn irecv(&mut self, data: MemRegion) -> Result<Option<RequestId>> {
-        self.irecv_op(data, RecvOp::Copy)
+    fn irecv(&mut self, data: MemRegion, sig: OpSig) -> Result<Option<RequestId>> {
+        self.irecv_op(data, RecvOp::Copy, sig)
     }
 
-    fn irecv_op(&mut self, data: MemRegion, op: RecvOp) -> Result<Option<RequestId>> {
+    fn irecv_op(&mut self, data: MemRegion, op: RecvOp, sig: OpSig) -> Result<Option<RequestId>> {
         let id = self.next_id;
         self.next_id += 1;
-        self.queue.push_back(RecvReq { id, region: data, op, got: 0, started: false });
+        self.queue.push_back(RecvReq { id, region: data, op, sig, got: 0, started: false });
         self.progress()?;
         Ok(Some(RequestId(id)))
     }
@@ -735,8 +769,8 @@ mod tests {
             // SAFETY: both buffers outlive their requests (waited for below).
             let (src, dst) =
                 unsafe { (MemRegion::new(data.as_ptr() as *mut u8, len), MemRegion::new(out.as_mut_ptr(), len)) };
-            let sr = send.isend(src).unwrap().unwrap();
-            let rr = recv.irecv(dst).unwrap().unwrap();
+            let sr = send.isend(src, OpSig::NONE).unwrap().unwrap();
+            let rr = recv.irecv(dst, OpSig::NONE).unwrap().unwrap();
             let (mut sent, mut received) = (None, None);
             while sent.is_none() || received.is_none() {
                 sent = sent.or(send.test(sr).unwrap());
@@ -759,7 +793,7 @@ mod tests {
         let sends: Vec<RequestId> = (0..2 * SLOTS)
             .map(|_| {
                 // SAFETY: data outlives the requests (the test ends with them).
-                send.isend(unsafe { MemRegion::new(data.as_ptr() as *mut u8, len) }).unwrap().unwrap()
+                send.isend(unsafe { MemRegion::new(data.as_ptr() as *mut u8, len) }, OpSig::NONE).unwrap().unwrap()
             })
             .collect();
         for r in &sends {
@@ -769,7 +803,7 @@ mod tests {
         assert_eq!(recv.progress_mark(), recv0);
         for (i, chunk) in out.chunks_mut(len).enumerate() {
             // SAFETY: out outlives the requests (waited for below).
-            let r = recv.irecv(unsafe { MemRegion::new(chunk.as_mut_ptr(), len) }).unwrap().unwrap();
+            let r = recv.irecv(unsafe { MemRegion::new(chunk.as_mut_ptr(), len) }, OpSig::NONE).unwrap().unwrap();
             while recv.test(r).unwrap().is_none() {
                 let _ = send.test(sends[i]).unwrap();
             }
@@ -779,6 +813,33 @@ mod tests {
         assert!(out.iter().all(|&b| b == 5));
     }
 
+    /// A message from a call of another signature fails the receive with ncclInvalidUsage
+    /// naming the difference, before anything is written; an unsigned one is not compared.
+    #[test]
+    fn message_of_another_call_is_refused() {
+        let (mut send, mut recv) = pair(0x5eed_0004);
+        let data = [7u8; 8];
+        let mut out = [0u8; 8];
+        // SAFETY: both buffers outlive the requests (the test ends with them).
+        let (src, dst) = unsafe { (MemRegion::new(data.as_ptr() as *mut u8, 8), MemRegion::new(out.as_mut_ptr(), 8)) };
+        let (f32_sum, i32_sum) = (OpSig::new(1, 7, 1, 0, 2), OpSig::new(1, 2, 1, 0, 2));
+        send.isend(src, i32_sum).unwrap();
+        let err = match recv.irecv(dst, f32_sum) {
+            Err(e) => e,
+            Ok(Some(r)) => loop {
+                match recv.test(r) {
+                    Err(e) => break e,
+                    Ok(Some(_)) => panic!("a receive completed with a message of another call"),
+                    Ok(None) => {}
+                }
+            },
+            Ok(None) => panic!("receive not posted"),
+        };
+        assert_eq!(err.code(), crate::error::ncclResult_t::ncclInvalidUsage);
+        assert!(err.to_string().contains("data type float on this rank, int32 on the peer"), "{err}");
+        assert_eq!(out, [0u8; 8], "nothing written");
+    }
+
     #[test]
     fn inline_message_of_the_wrong_size_is_refused() {
         let (mut send, mut recv) = pair(0x5eed_0002);
@@ -786,8 +847,8 @@ mod tests {
         let mut out = [0u8; 12];
         // SAFETY: both buffers outlive the requests (the test ends with them).
         let (src, dst) = unsafe { (MemRegion::new(data.as_ptr() as *mut u8, 8), MemRegion::new(out.as_mut_ptr(), 12)) };
-        send.isend(src).unwrap();
-        let err = match recv.irecv(dst) {
+        send.isend(src, OpSig::NONE).unwrap();
+        let err = match recv.irecv(dst, OpSig::NONE) {
             Err(e) => e,
             Ok(Some(r)) => loop {
                 match recv.test(r) {

@@ -34,6 +34,35 @@ pub fn setup_timeout() -> Duration {
     *TIMEOUT.get_or_init(|| Duration::from_secs(crate::env::get_int("FERROCCL_BOOTSTRAP_TIMEOUT").max(1) as u64))
 }
 
+/// How long a peer's kernel may stay silent before its connections count as dead
+/// (FERROCCL_SOCKET_DEAD_PEER seconds; `None`: the system's TCP defaults, minutes to hours).
+pub fn dead_peer_limit() -> Option<Duration> {
+    static LIMIT: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        crate::env::get_seconds_opt("FERROCCL_SOCKET_DEAD_PEER").filter(|d| !d.is_zero() && d.as_millis() >= 1000)
+    })
+}
+
+/// Makes a connection fail, within [`dead_peer_limit`], once the peer's host stops answering
+/// at the TCP level (powered off, unplugged, partitioned: nothing closes the socket). An idle
+/// connection sends keepalive probes from a third of the limit on, one a second
+/// (SO_KEEPALIVE, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT); TCP_USER_TIMEOUT ends it once
+/// sent data or probes go unacknowledged for the limit. A stopped or busy peer process is
+/// not affected (its kernel still answers); a dead one closes its sockets anyway.
+pub fn watch_liveness(tcp: &TcpStream) -> Result<()> {
+    let Some(limit) = dead_peer_limit() else { return Ok(()) };
+    let idle = (limit / 3).max(Duration::from_secs(1));
+    let probes = ((limit.as_secs().saturating_sub(idle.as_secs())).max(1)) as u32;
+    use rustix::net::sockopt;
+    let sys = |what: &str, e: rustix::io::Errno| Error::system(what, e.into());
+    sockopt::set_socket_keepalive(tcp, true).map_err(|e| sys("SO_KEEPALIVE", e))?;
+    sockopt::set_tcp_keepidle(tcp, idle).map_err(|e| sys("TCP_KEEPIDLE", e))?;
+    sockopt::set_tcp_keepintvl(tcp, Duration::from_secs(1)).map_err(|e| sys("TCP_KEEPINTVL", e))?;
+    sockopt::set_tcp_keepcnt(tcp, probes).map_err(|e| sys("TCP_KEEPCNT", e))?;
+    let ms = u32::try_from(limit.as_millis()).unwrap_or(u32::MAX);
+    sockopt::set_tcp_user_timeout(tcp, ms).map_err(|e| sys("TCP_USER_TIMEOUT", e))
+}
+
 /// Which side of a connection (the connecting side is the TLS client).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -65,6 +94,7 @@ impl Stream {
         crate::encryption::require_plaintext_allowed("TCP connection")?;
         let peer = tcp.peer_addr().map_err(|e| Error::system("getpeername", e))?;
         tcp.set_nodelay(true).map_err(|e| Error::system("TCP_NODELAY", e))?;
+        watch_liveness(&tcp)?;
         Ok(Stream { inner: Inner::Plain(tcp), peer, registration: None })
     }
 
@@ -341,6 +371,7 @@ impl Handshake {
     pub fn start(tcp: TcpStream, role: Role) -> Result<Handshake> {
         let peer = tcp.peer_addr().map_err(|e| Error::system("getpeername", e))?;
         tcp.set_nodelay(true).map_err(|e| Error::system("TCP_NODELAY", e))?;
+        watch_liveness(&tcp)?;
         let started = Instant::now();
         if !crate::encryption::enabled() {
             crate::encryption::require_plaintext_allowed("TCP connection")?;
@@ -421,6 +452,14 @@ impl Handshake {
 
 /// An I/O failure as a ferroccl error: a vanished peer is `Remote`, a timeout `Timeout`.
 pub fn io_error(e: io::Error, what: &str, peer: SocketAddr) -> Error {
+    // ETIMEDOUT from the TCP stack itself (keepalive probes or sent data unacknowledged, see
+    // `watch_liveness`): the peer's host is gone. A read timeout (SO_RCVTIMEO) is EAGAIN.
+    if e.raw_os_error() == Some(libc::ETIMEDOUT) {
+        let limit = dead_peer_limit().map_or(String::new(), |d| format!(" for {} s", d.as_secs_f64()));
+        return Error::remote(format!(
+            "{what}: the host of {peer} stopped answering (no TCP acknowledgement{limit}; FERROCCL_SOCKET_DEAD_PEER)"
+        ));
+    }
     match e.kind() {
         io::ErrorKind::UnexpectedEof
         | io::ErrorKind::ConnectionReset
@@ -460,7 +499,10 @@ pub fn connect_tcp(addr: SocketAddr, deadline: Instant) -> Result<TcpStream> {
             return Err(Error::Timeout(format!("connect to {addr}: bootstrap timeout")));
         }
         match TcpStream::connect_timeout(&addr, left) {
-            Ok(tcp) => return Ok(tcp),
+            Ok(tcp) => {
+                watch_liveness(&tcp)?;
+                return Ok(tcp);
+            }
             Err(e)
                 if matches!(
                     e.kind(),
@@ -490,7 +532,14 @@ pub fn accept_or_interrupt(listener: &TcpListener, deadline: Instant, interrupt:
             Ok((tcp, from)) => {
                 tcp.set_nonblocking(false).map_err(|e| Error::system("O_NONBLOCK", e))?;
                 if !crate::encryption::enabled() {
-                    return Stream::from_tcp(tcp);
+                    match Stream::from_tcp(tcp) {
+                        // A connection reset before we looked (a port scan) has no peer address.
+                        Err(e @ Error::System { .. }) => {
+                            log::info!(target: "BOOTSTRAP", "dropped connection from {from}: {e}");
+                            continue;
+                        }
+                        other => return other,
+                    }
                 }
                 let limit = deadline.min(Instant::now() + HANDSHAKE_LIMIT);
                 match Stream::establish(tcp, Role::Server, limit) {
@@ -509,6 +558,134 @@ pub fn accept_or_interrupt(listener: &TcpListener, deadline: Instant, interrupt:
                 wait_readable(listener, Duration::from_millis(50));
             }
             Err(e) => return Err(Error::system("accept", e)),
+        }
+    }
+}
+
+/// Longest a listener waits for a stranger's hello (after any TLS handshake) before dropping
+/// it. Peers write their hello right after connecting, so only a silent or dribbling
+/// connection (half-open, slowloris) ever reaches it.
+pub const HELLO_LIMIT: Duration = Duration::from_secs(2);
+/// Connections a [`HelloQueue`] keeps waiting for their hellos; beyond it the oldest is dropped.
+const MAX_WAITING_HELLOS: usize = 128;
+
+/// Connections accepted on a setup listener whose hellos have not fully arrived. They are read
+/// side by side (non-blocking), so garbage, silent connections, port scans and slow dribblers
+/// cost the legitimate peers nothing but a poll: each is dropped when its bytes are not a
+/// hello, when it closes, or after [`HELLO_LIMIT`].
+#[derive(Default)]
+pub struct HelloQueue {
+    waiting: Vec<(Stream, [u8; HELLO_BYTES], usize, Instant)>,
+}
+
+impl HelloQueue {
+    /// The next connection on `listener` whose hello carries `magic`, as a blocking stream,
+    /// with its hello; fails at `deadline` or once `interrupt` is set.
+    pub fn next(
+        &mut self,
+        listener: &TcpListener,
+        magic: u64,
+        deadline: Instant,
+        interrupt: Option<&Interrupt>,
+    ) -> Result<(Stream, Hello)> {
+        listener.set_nonblocking(true).map_err(|e| Error::system("O_NONBLOCK", e))?;
+        loop {
+            self.accept_waiting(listener, deadline);
+            let now = Instant::now();
+            let mut i = 0;
+            while i < self.waiting.len() {
+                let (s, buf, got, since) = &mut self.waiting[i];
+                let mut outcome: Option<std::result::Result<(), String>> = None;
+                while *got < HELLO_BYTES {
+                    match s.read(&mut buf[*got..]) {
+                        Ok(0) => {
+                            outcome = Some(Err("closed before its hello".into()));
+                            break;
+                        }
+                        Ok(n) => *got += n,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            outcome = Some(Err(e.to_string()));
+                            break;
+                        }
+                    }
+                }
+                if outcome.is_none() && *got == HELLO_BYTES {
+                    outcome = Some(Ok(()));
+                } else if outcome.is_none() && now.duration_since(*since) > HELLO_LIMIT {
+                    outcome = Some(Err(format!("no hello within {:?} ({} of {HELLO_BYTES} bytes)", HELLO_LIMIT, *got)));
+                }
+                match outcome {
+                    None => i += 1,
+                    Some(Err(why)) => {
+                        let (s, ..) = self.waiting.swap_remove(i);
+                        log::info!(target: "BOOTSTRAP", "Bootstrap: dropped connection from {}: {why}", s.peer());
+                    }
+                    Some(Ok(())) => {
+                        let (s, buf, ..) = self.waiting.swap_remove(i);
+                        match Hello::decode(&buf, magic) {
+                            Ok(h) => {
+                                s.set_nonblocking(false)?;
+                                return Ok((s, h));
+                            }
+                            Err(e) => {
+                                log::info!(target: "BOOTSTRAP", "Bootstrap: dropped connection from {}: {e}", s.peer())
+                            }
+                        }
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout("accept: no peer connected before the bootstrap timeout".into()));
+            }
+            if let Some(i) = interrupt {
+                i.check("accept")?;
+            }
+            let mut fds = vec![rustix::event::PollFd::new(listener, rustix::event::PollFlags::IN)];
+            for (s, ..) in &self.waiting {
+                if s.pending() {
+                    fds.clear();
+                    break;
+                }
+                fds.push(rustix::event::PollFd::new(s.tcp(), rustix::event::PollFlags::IN));
+            }
+            if !fds.is_empty() {
+                super::poll_ms(&mut fds, 50);
+            }
+        }
+    }
+
+    /// Takes every connection waiting on `listener` (a TLS one after its handshake).
+    fn accept_waiting(&mut self, listener: &TcpListener, deadline: Instant) {
+        loop {
+            let (tcp, from) = match listener.accept() {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // WouldBlock, or EMFILE and the like: take the rest later.
+                Err(_) => return,
+            };
+            let stream = if crate::encryption::enabled() {
+                if tcp.set_nonblocking(false).is_err() {
+                    continue;
+                }
+                let limit = deadline.min(Instant::now() + HANDSHAKE_LIMIT);
+                Stream::establish(tcp, Role::Server, limit)
+            } else {
+                Stream::from_tcp(tcp)
+            };
+            let stream = match stream.and_then(|s| s.set_nonblocking(true).map(|()| s)) {
+                Ok(s) => s,
+                Err(e) => {
+                    log::info!(target: "BOOTSTRAP", "Bootstrap: dropped connection from {from}: {e}");
+                    continue;
+                }
+            };
+            if self.waiting.len() >= MAX_WAITING_HELLOS {
+                let (old, ..) = self.waiting.remove(0);
+                log::warn!(target: "BOOTSTRAP", "Bootstrap: too many connections without a hello; dropped {}", old.peer());
+            }
+            self.waiting.push((stream, [0; HELLO_BYTES], 0, Instant::now()));
         }
     }
 }

@@ -32,7 +32,7 @@ use super::{ConnectorId, MemRegion, Net, NetHandle, NetListener, NetRecv, NetSen
 use crate::error::{Error, Result};
 use crate::tls;
 use crate::topo::CpuSet;
-use crate::wire::{frame_header, frame_len, FRAME_BYTES};
+use crate::wire::{frame_fields, frame_header, OpSig, FRAME_BYTES};
 
 /// Requests one connection queues at most (NCCL allows 32 per comm).
 const MAX_QUEUED: usize = 64;
@@ -537,7 +537,7 @@ fn region_bytes(region: &MemRegion) -> &[u8] {
 }
 
 impl NetSend for SocketSend {
-    fn isend(&mut self, data: MemRegion) -> Result<Option<RequestId>> {
+    fn isend(&mut self, data: MemRegion, sig: OpSig) -> Result<Option<RequestId>> {
         if self.queue.len() >= MAX_QUEUED {
             self.progress()?;
             if self.queue.len() >= MAX_QUEUED {
@@ -547,7 +547,7 @@ impl NetSend for SocketSend {
         let id = self.next_id;
         self.next_id += 1;
         let mut head = Vec::with_capacity(FRAME_BYTES);
-        head.extend_from_slice(&frame_header(data.len() as u64));
+        head.extend_from_slice(&frame_header(data.len() as u64, sig));
         // TLS: copy the start of the payload behind the header so the header shares a record
         // with it (all of a small message; one full record's worth of a large one).
         let head_payload = if crate::encryption::enabled() {
@@ -597,6 +597,7 @@ impl NetSend for SocketSend {
 struct RecvReq {
     id: u64,
     region: MemRegion,
+    sig: OpSig,
     header: [u8; FRAME_BYTES],
     got: usize,
 }
@@ -641,7 +642,7 @@ impl SocketRecv {
                         req.got += n;
                         self.moved += n as u64;
                         if before < FRAME_BYTES && req.got >= FRAME_BYTES {
-                            check_frame(&req.header, req.region.len(), self.stream.peer())?;
+                            check_frame(&req.header, req.region.len(), req.sig, self.stream.peer())?;
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
@@ -656,8 +657,11 @@ impl SocketRecv {
     }
 }
 
-fn check_frame(header: &[u8; FRAME_BYTES], expected: usize, peer: SocketAddr) -> Result<()> {
-    let len = frame_len(header).map_err(|e| e.context(&format!("data connection from {peer}")))?;
+fn check_frame(header: &[u8; FRAME_BYTES], expected: usize, sig: OpSig, peer: SocketAddr) -> Result<()> {
+    let (len, theirs) = frame_fields(header).map_err(|e| e.context(&format!("data connection from {peer}")))?;
+    // The calls first: a different count or root usually changes the size too, and the
+    // signature says why.
+    sig.check_labelled(theirs, "this rank", "the peer")?;
     if len != expected as u64 {
         return Err(Error::invalid_usage(format!(
             "message size mismatch: peer {peer} sent {len} bytes, {expected} were posted (do the ranks' calls match?)"
@@ -667,13 +671,13 @@ fn check_frame(header: &[u8; FRAME_BYTES], expected: usize, peer: SocketAddr) ->
 }
 
 impl NetRecv for SocketRecv {
-    fn irecv(&mut self, data: MemRegion) -> Result<Option<RequestId>> {
+    fn irecv(&mut self, data: MemRegion, sig: OpSig) -> Result<Option<RequestId>> {
         if self.queue.len() >= MAX_QUEUED {
             return Ok(None);
         }
         let id = self.next_id;
         self.next_id += 1;
-        self.queue.push_back(RecvReq { id, region: data, header: [0; FRAME_BYTES], got: 0 });
+        self.queue.push_back(RecvReq { id, region: data, sig, header: [0; FRAME_BYTES], got: 0 });
         self.progress()?;
         Ok(Some(RequestId(id)))
     }
@@ -823,7 +827,7 @@ impl Shared {
 
 /// The progress-loop half of a striped connection.
 struct Striped {
-    jobs: Vec<mpsc::Sender<MemRegion>>,
+    jobs: Vec<mpsc::Sender<(MemRegion, OpSig)>>,
     shared: Arc<Shared>,
     /// Requests posted so far (ids are 0, 1, ...) and the lengths of unreported ones.
     posted: u64,
@@ -837,7 +841,7 @@ struct Striped {
 }
 
 impl Striped {
-    fn post(&mut self, region: MemRegion) -> Result<Option<RequestId>> {
+    fn post(&mut self, region: MemRegion, sig: OpSig) -> Result<Option<RequestId>> {
         if let Some(e) = self.shared.error() {
             return Err(e);
         }
@@ -849,7 +853,7 @@ impl Striped {
             // SAFETY: a sub-range of `region`, which MemRegion::new's contract keeps valid
             // (and ours alone, for receives) until the request completes.
             let part = unsafe { MemRegion::new(region.ptr().wrapping_add(off), len) };
-            if job.send(part).is_err() {
+            if job.send((part, sig)).is_err() {
                 return Err(self
                     .shared
                     .error()
@@ -880,9 +884,9 @@ impl Striped {
     fn spawn_helper(
         &mut self,
         name: &str,
-        body: impl FnOnce(&mpsc::Receiver<MemRegion>, &Shared) -> Result<()> + Send + 'static,
+        body: impl FnOnce(&mpsc::Receiver<(MemRegion, OpSig)>, &Shared) -> Result<()> + Send + 'static,
     ) -> Result<()> {
-        let (tx, rx) = mpsc::channel::<MemRegion>();
+        let (tx, rx) = mpsc::channel::<(MemRegion, OpSig)>();
         let sh = self.shared.clone();
         let cpus = self.cpus.clone();
         let t = std::thread::Builder::new()
@@ -967,7 +971,7 @@ fn send_helper(
     deadline: Instant,
     hello: Hello,
     sub: usize,
-    jobs: &mpsc::Receiver<MemRegion>,
+    jobs: &mpsc::Receiver<(MemRegion, OpSig)>,
     shared: &Shared,
 ) -> Result<()> {
     let mut stream = Stream::establish(tcp, Role::Client, deadline)
@@ -978,10 +982,10 @@ fn send_helper(
     stream.write_all_or(&hello.encode(), "hello")?;
     let tls = stream.is_tls();
     let mut head = Vec::with_capacity(if tls { TLS_SMALL_MESSAGE } else { FRAME_BYTES });
-    while let Ok(region) = jobs.recv() {
+    while let Ok((region, sig)) = jobs.recv() {
         let data = region_bytes(&region);
         if !tls && (!data.is_empty() || sub == 0) {
-            let header = frame_header(data.len() as u64);
+            let header = frame_header(data.len() as u64, sig);
             write_all_two(&mut stream, &header, data).map_err(|e| socket::io_error(e, "send", peer))?;
         } else if !data.is_empty() || sub == 0 {
             // Header and the start of the payload in one record (all of a small message).
@@ -991,7 +995,7 @@ fn send_helper(
                 tls::RECORD_BYTES - FRAME_BYTES
             };
             head.clear();
-            head.extend_from_slice(&frame_header(data.len() as u64));
+            head.extend_from_slice(&frame_header(data.len() as u64, sig));
             head.extend_from_slice(&data[..n]);
             stream.write_all(&head).map_err(|e| socket::io_error(e, "send", peer))?;
             stream.write_all(&data[n..]).map_err(|e| socket::io_error(e, "send", peer))?;
@@ -1023,8 +1027,8 @@ fn write_all_two(stream: &mut Stream, a: &[u8], b: &[u8]) -> io::Result<()> {
 }
 
 impl NetSend for ThreadedSend {
-    fn isend(&mut self, data: MemRegion) -> Result<Option<RequestId>> {
-        self.conn.post(data)
+    fn isend(&mut self, data: MemRegion, sig: OpSig) -> Result<Option<RequestId>> {
+        self.conn.post(data, sig)
     }
 
     fn progress_mark(&self) -> u64 {
@@ -1063,13 +1067,18 @@ impl ThreadedRecv {
     }
 }
 
-fn recv_helper(mut stream: Stream, sub: usize, jobs: &mpsc::Receiver<MemRegion>, shared: &Shared) -> Result<()> {
+fn recv_helper(
+    mut stream: Stream,
+    sub: usize,
+    jobs: &mpsc::Receiver<(MemRegion, OpSig)>,
+    shared: &Shared,
+) -> Result<()> {
     let peer = stream.peer();
-    while let Ok(region) = jobs.recv() {
+    while let Ok((region, sig)) = jobs.recv() {
         if !region.is_empty() || sub == 0 {
             let mut header = [0u8; FRAME_BYTES];
             stream.read_exact_or(&mut header, "receive")?;
-            check_frame(&header, region.len(), peer)?;
+            check_frame(&header, region.len(), sig, peer)?;
         }
         if !region.is_empty() {
             // SAFETY: MemRegion::new's contract: the region is ours alone until this request
@@ -1083,8 +1092,8 @@ fn recv_helper(mut stream: Stream, sub: usize, jobs: &mpsc::Receiver<MemRegion>,
 }
 
 impl NetRecv for ThreadedRecv {
-    fn irecv(&mut self, data: MemRegion) -> Result<Option<RequestId>> {
-        self.conn.post(data)
+    fn irecv(&mut self, data: MemRegion, sig: OpSig) -> Result<Option<RequestId>> {
+        self.conn.post(data, sig)
     }
 
     fn progress_mark(&self) -> u64 {
@@ -1139,7 +1148,7 @@ mod tests {
         let len = 64 << 20;
         let data = vec![3u8; len];
         // SAFETY: `data` outlives the request, unmodified.
-        let sreq = send.isend(unsafe { MemRegion::new(data.as_ptr() as *mut u8, len) }).unwrap().unwrap();
+        let sreq = send.isend(unsafe { MemRegion::new(data.as_ptr() as *mut u8, len) }, OpSig::NONE).unwrap().unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
         let (_, mut recv) = loop {
             if let Some(x) = listener.accept().unwrap() {
@@ -1162,7 +1171,7 @@ mod tests {
         assert_eq!(recv.progress_mark(), 0, "nothing read yet");
         let mut got = vec![0u8; len];
         // SAFETY: `got` outlives the request and nobody else touches it.
-        let rreq = recv.irecv(unsafe { MemRegion::new(got.as_mut_ptr(), len) }).unwrap().unwrap();
+        let rreq = recv.irecv(unsafe { MemRegion::new(got.as_mut_ptr(), len) }, OpSig::NONE).unwrap().unwrap();
         let (mut sent, mut received) = (false, false);
         while !(sent && received) {
             sent |= send.test(sreq).unwrap().is_some();

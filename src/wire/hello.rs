@@ -3,7 +3,8 @@
 //!
 //! Hello layout (20 bytes): communicator magic (u64 LE), [`ConnKind`] (u32 LE), sender rank
 //! (u32 LE), purpose-specific value (u32 LE). Frame layout (16 bytes): [`FRAME_MAGIC`] (u32
-//! LE), 4 zero bytes, payload length (u64 LE).
+//! LE), the sending call's [`OpSig`](super::sig::OpSig) (u32 LE; 0 = not checked), payload length
+//! (u64 LE).
 
 use super::Reader;
 use crate::error::{Error, Result};
@@ -80,25 +81,32 @@ impl Hello {
 pub const FRAME_MAGIC: u32 = 0x4c43_4346; // "FCCL"
 pub const FRAME_BYTES: usize = 16;
 
-/// The header announcing a message of `len` bytes.
-pub fn frame_header(len: u64) -> [u8; FRAME_BYTES] {
+/// The header announcing a message of `len` bytes sent by a call of signature `sig`.
+pub fn frame_header(len: u64, sig: super::sig::OpSig) -> [u8; FRAME_BYTES] {
     let mut b = [0u8; FRAME_BYTES];
     b[0..4].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
+    b[4..8].copy_from_slice(&sig.0.to_le_bytes());
     b[8..16].copy_from_slice(&len.to_le_bytes());
     b
 }
 
-/// The payload length a frame header announces; anything but a header is garbage.
-pub fn frame_len(b: &[u8]) -> Result<u64> {
+/// The payload length and sender's signature a frame header announces; anything but a
+/// header is garbage.
+pub fn frame_fields(b: &[u8]) -> Result<(u64, super::sig::OpSig)> {
     let mut r = Reader::exact(b, FRAME_BYTES, "frame header")?;
     let magic = r.u32_le()?;
     if magic != FRAME_MAGIC {
         return Err(Error::remote(format!("garbage (bad frame magic {magic:#x})")));
     }
-    r.zeros(4)?;
+    let sig = super::sig::OpSig(r.u32_le()?);
     let len = r.u64_le()?;
     r.finish()?;
-    Ok(len)
+    Ok((len, sig))
+}
+
+/// The payload length a frame header announces.
+pub fn frame_len(b: &[u8]) -> Result<u64> {
+    frame_fields(b).map(|(len, _)| len)
 }
 
 #[cfg(test)]
@@ -120,15 +128,14 @@ mod tests {
 
     #[test]
     fn frame_round_trip_truncated_oversized() {
-        let b = frame_header(1 << 40);
+        let sig = super::super::sig::OpSig(0x1234_5671);
+        let b = frame_header(1 << 40, sig);
+        assert_eq!(frame_fields(&b).unwrap(), (1 << 40, sig));
         assert_eq!(frame_len(&b).unwrap(), 1 << 40);
         assert!(frame_len(&b[..FRAME_BYTES - 1]).is_err());
         assert!(frame_len(&[b.as_slice(), &[0]].concat()).is_err());
         let mut bad = b;
         bad[0] ^= 1;
         assert!(frame_len(&bad).is_err(), "magic");
-        let mut bad = b;
-        bad[5] = 1;
-        assert!(frame_len(&bad).is_err(), "padding");
     }
 }

@@ -17,12 +17,14 @@ pub mod hello;
 pub mod ib;
 pub mod ids;
 pub mod peer_info;
+pub mod sig;
 
 pub use addr::{decode_addr, encode_addr, ADDR_BYTES};
-pub use hello::{frame_header, frame_len, ConnKind, Hello, FRAME_BYTES, FRAME_MAGIC, HELLO_BYTES};
+pub use hello::{frame_fields, frame_header, frame_len, ConnKind, Hello, FRAME_BYTES, FRAME_MAGIC, HELLO_BYTES};
 pub use ib::{CtsEntry, IbConnInfo, IbRole, LinkLayer, CTS_BYTES, IB_CONN_INFO_BYTES};
 pub use ids::{decode_table, encode_table, RankInfo, UniqueId};
 pub use peer_info::{PeerInfo, SplitEntry, MAX_NET_HANDLE, PEER_INFO_BYTES};
+pub use sig::OpSig;
 
 use crate::error::{Error, Result};
 
@@ -160,7 +162,7 @@ pub(crate) mod tests {
         vec![
             ("addr", a4.to_vec()),
             ("hello", Hello { magic: MAGIC, kind: ConnKind::Ring, rank: 2, extra: 3 }.encode().to_vec()),
-            ("frame", frame_header(12345).to_vec()),
+            ("frame", frame_header(12345, OpSig(0x0070_0071)).to_vec()),
             ("unique id", UniqueId { magic: MAGIC, root: v6 }.encode().to_vec()),
             ("rank info", RankInfo { rank: 1, nranks: 4, addr: v6 }.encode()),
             ("table", encode_table(&[v4, v6])),
@@ -183,7 +185,7 @@ pub(crate) mod tests {
                 assert_eq!(again.as_slice(), b, "addr not canonical");
             }),
             "hello" => Hello::decode(b, MAGIC).map(|h| assert_eq!(h.encode().as_slice(), b, "hello")),
-            "frame" => frame_len(b).map(|n| assert_eq!(frame_header(n).as_slice(), b, "frame")),
+            "frame" => frame_fields(b).map(|(n, s)| assert_eq!(frame_header(n, s).as_slice(), b, "frame")),
             "unique id" => UniqueId::decode(b).map(|id| assert_eq!(id.encode().as_slice(), b, "unique id")),
             "rank info" => RankInfo::decode(b).map(|r| assert_eq!(r.encode(), b, "rank info")),
             "table" => decode_table(b, 2).map(|t| assert_eq!(encode_table(&t), b, "table")),

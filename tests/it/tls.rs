@@ -579,7 +579,7 @@ fn child_plain_data() {
 
     use ferroccl::transport::socket::{decode_addr, ConnKind, Hello};
     use ferroccl::transport::socket_net::SocketNet;
-    use ferroccl::transport::{netif, ConnectorId, MemRegion, Net};
+    use ferroccl::transport::{netif, ConnectorId, MemRegion, Net, OpSig};
 
     ferroccl::encryption::freeze();
     let net = SocketNet::new(netif::pick().unwrap(), None);
@@ -598,7 +598,8 @@ fn child_plain_data() {
     let mut send = net.connect(&handle, me).unwrap();
     let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     // SAFETY: `data` outlives the request, unmodified.
-    let sreq = send.isend(unsafe { MemRegion::new(data.as_ptr() as *mut u8, data.len()) }).unwrap().unwrap();
+    let sreq =
+        send.isend(unsafe { MemRegion::new(data.as_ptr() as *mut u8, data.len()) }, OpSig::NONE).unwrap().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     // (The send may complete before the receive is posted: the socket buffers it.)
     let mut sent = false;
@@ -613,7 +614,7 @@ fn child_plain_data() {
     assert_eq!(id, me, "only the TLS client may come through");
     let mut got = vec![0u8; data.len()];
     // SAFETY: `got` outlives the request and nobody else touches it.
-    let rreq = recv.irecv(unsafe { MemRegion::new(got.as_mut_ptr(), got.len()) }).unwrap().unwrap();
+    let rreq = recv.irecv(unsafe { MemRegion::new(got.as_mut_ptr(), got.len()) }, OpSig::NONE).unwrap().unwrap();
     let mut received = false;
     while !(sent && received) {
         sent |= send.test(sreq).unwrap().is_some();

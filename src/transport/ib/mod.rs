@@ -46,6 +46,7 @@ use super::socket::{self, decode_addr, encode_addr, Role, Stream, ADDR_BYTES};
 use super::{ConnectorId, MemRegion, Net, NetHandle, NetListener, NetRecv, NetSend, RequestId, WaitHint};
 use crate::error::{Error, Result};
 use crate::tls;
+use crate::wire::OpSig;
 use crate::wire::{ConnKind, Hello, IbConnInfo, IbRole, CTS_BYTES, IB_CONN_INFO_BYTES};
 
 /// Send-queue entries per queue pair (data pieces plus CTS writes in flight).
@@ -335,7 +336,9 @@ fn finish<F: Fabric>(fabric: &F, regs: &mut HashMap<u64, RegRef>, req: RequestId
 }
 
 impl<F: Fabric> NetSend for IbSend<F> {
-    fn isend(&mut self, data: MemRegion) -> Result<Option<RequestId>> {
+    // The call signature is not carried over IB (the clear-to-send entry has no field for
+    // it): mismatched calls show as size mismatches, or not at all when sizes agree.
+    fn isend(&mut self, data: MemRegion, _sig: OpSig) -> Result<Option<RequestId>> {
         self.flow.progress(&mut self.ep)?;
         let reg = self.fabric.acquire(data, Access::Local)?;
         match self.flow.post(data.ptr() as u64, data.len(), reg.keys.lkey) {
@@ -380,7 +383,8 @@ impl<F: Fabric> Drop for IbSend<F> {
 }
 
 impl<F: Fabric> NetRecv for IbRecv<F> {
-    fn irecv(&mut self, data: MemRegion) -> Result<Option<RequestId>> {
+    // As for sends: no call signature over IB.
+    fn irecv(&mut self, data: MemRegion, _sig: OpSig) -> Result<Option<RequestId>> {
         self.flow.progress(&mut self.ep)?;
         let reg = self.fabric.acquire(data, Access::RemoteWrite)?;
         match self.flow.post(data.ptr() as u64, data.len(), reg.keys.rkey) {

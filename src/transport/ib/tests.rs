@@ -147,13 +147,13 @@ fn messages_cross_an_ib_connection_set_up_over_sockets() {
     while sdone < n || rdone < n {
         assert!(Instant::now() < deadline, "stalled at {sdone}/{rdone}");
         if si < n {
-            if let Some(r) = send.isend(region(&mut sends[si])).unwrap() {
+            if let Some(r) = send.isend(region(&mut sends[si]), OpSig::NONE).unwrap() {
                 sreqs.push_back(r);
                 si += 1;
             }
         }
         if ri < n {
-            if let Some(r) = recv.irecv(region(&mut bufs[ri])).unwrap() {
+            if let Some(r) = recv.irecv(region(&mut bufs[ri]), OpSig::NONE).unwrap() {
                 rreqs.push_back(r);
                 ri += 1;
             }
@@ -185,7 +185,7 @@ fn a_closed_sender_fails_the_receivers_outstanding_request() {
     let send = net.connect(&handle, ConnectorId { comm_magic: magic, rank: 0, channel: 0 }).unwrap();
     let (_, mut recv) = accept(&mut listener);
     let mut buf = vec![0u8; 64];
-    let r = recv.irecv(region(&mut buf)).unwrap().unwrap();
+    let r = recv.irecv(region(&mut buf), OpSig::NONE).unwrap().unwrap();
     assert_eq!(recv.test(r).unwrap(), None);
     drop(send);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -255,8 +255,8 @@ fn size_mismatch_over_the_network_fails_both_halves() {
     let (_, mut recv) = accept(&mut listener);
     let mut data = vec![1u8; 100];
     let mut buf = vec![0u8; 50];
-    let s = send.isend(region(&mut data)).unwrap().unwrap();
-    let r = recv.irecv(region(&mut buf)).unwrap().unwrap();
+    let s = send.isend(region(&mut data), OpSig::NONE).unwrap().unwrap();
+    let r = recv.irecv(region(&mut buf), OpSig::NONE).unwrap().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let (mut es, mut er) = (None, None);
     while es.is_none() || er.is_none() {
@@ -327,8 +327,8 @@ fn tls_child() {
     assert!(conns.iter().all(|(_, _, s, _)| s.is_encrypted()), "{conns:?}");
     let mut data = (0..5000u32).map(|i| i as u8).collect::<Vec<u8>>();
     let mut buf = vec![0u8; 5000];
-    let s = send.isend(region(&mut data)).unwrap().unwrap();
-    let r = recv.irecv(region(&mut buf)).unwrap().unwrap();
+    let s = send.isend(region(&mut data), OpSig::NONE).unwrap().unwrap();
+    let r = recv.irecv(region(&mut buf), OpSig::NONE).unwrap().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let (mut sent, mut got) = (false, false);
     while !(sent && got) {
