@@ -386,6 +386,29 @@ impl NodeOp {
         self.piece = if send.staged || recv.staged { self.staged_piece(area) } else { self.bytes };
     }
 
+    /// Numbers the operation, publishes its buffers (and input scalar) and goes to its first
+    /// round.
+    fn begin(&mut self, area: &mut NodeArea, send_len: usize, recv_len: usize, red: Option<Reduction>) {
+        self.start(area);
+        let pre = match red.map(|r| r.pre) {
+            Some(Pre::Mul(s)) => Some(s),
+            _ => None,
+        };
+        self.publish_direct(area, send_len, recv_len, pre);
+        self.phase = Phase::WaitSlot;
+    }
+
+    /// Whether every rank announced this round, with matching calls; fixes the rounds' piece
+    /// size on the first.
+    fn all_arrived(&mut self, area: &mut NodeArea) -> Result<bool> {
+        if !area.all_reached(Counter::Arrived, self.seq)? {
+            return Ok(false);
+        }
+        area.check_peers()?;
+        self.fix_piece(area, 0..area.nranks());
+        Ok(true)
+    }
+
     /// Bytes per round (of the message; of each block for a reduce-scatter, whose slot holds
     /// one piece of every block) when buffers go through slots.
     fn staged_piece(&self, area: &NodeArea) -> usize {
@@ -449,29 +472,21 @@ impl NodeOp {
     }
 
     fn direct(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>, red: Reduction) -> Result<()> {
-        let (me, n) = (area.rank(), area.nranks());
+        let me = area.rank();
         if self.phase == Phase::Done {
             return Ok(());
         }
         if self.phase == Phase::Start {
-            self.start(area);
-            let pre = match red.pre {
-                Pre::Mul(s) => Some(s),
-                Pre::None => None,
-            };
-            self.publish_direct(area, self.bytes, self.bytes, pre);
-            self.phase = Phase::WaitSlot;
+            self.begin(area, self.bytes, self.bytes, Some(red));
         }
         loop {
             if self.phase == Phase::WaitSlot && !self.enter_round(area)? {
                 return Ok(());
             }
             if self.phase == Phase::WaitArrived {
-                if !area.all_reached(Counter::Arrived, self.seq)? {
+                if !self.all_arrived(area)? {
                     return Ok(());
                 }
-                area.check_peers()?;
-                self.fix_piece(area, 0..n);
                 self.reduce_round(area, scratch, red)?;
                 // Non-temporal stores are not ordered by the Release below: fence them first.
                 store_fence();
@@ -571,25 +586,17 @@ impl NodeOp {
             return Ok(());
         }
         if self.phase == Phase::Start {
-            self.start(area);
-            let pre = match red.pre {
-                Pre::Mul(s) => Some(s),
-                Pre::None => None,
-            };
             // Only its owner writes a receive buffer: never staged.
-            self.publish_direct(area, n * self.bytes, 0, pre);
-            self.phase = Phase::WaitSlot;
+            self.begin(area, n * self.bytes, 0, Some(red));
         }
         loop {
             if self.phase == Phase::WaitSlot && !self.enter_round(area)? {
                 return Ok(());
             }
             if self.phase == Phase::WaitArrived {
-                if !area.all_reached(Counter::Arrived, self.seq)? {
+                if !self.all_arrived(area)? {
                     return Ok(());
                 }
-                area.check_peers()?;
-                self.fix_piece(area, 0..n);
                 let len = self.piece.min(self.bytes - self.off);
                 let inputs: Vec<PeerBuf> = (0..n)
                     .map(|r| {
@@ -653,11 +660,9 @@ impl NodeOp {
             return Ok(());
         }
         if self.phase == Phase::Start {
-            self.start(area);
             let send_len = if root.is_none_or(|r| r == me) { block } else { 0 };
             // The receive buffer is only ever written by its owner: never staged.
-            self.publish_direct(area, send_len, 0, None);
-            self.phase = Phase::WaitSlot;
+            self.begin(area, send_len, 0, None);
         }
         loop {
             if self.phase == Phase::WaitSlot && !self.enter_round(area)? {
