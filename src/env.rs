@@ -227,7 +227,7 @@ pub static PARAMS: &[Param] = &[
         "FERROCCL_NODE_COLL",
         Bool,
         "1",
-        "1 lets communicators whose ranks are all on this host all-reduce through one shared area (one-shot up to 8 KiB, direct above); 0 uses rings and trees over the transports",
+        "1 lets communicators whose ranks are all on this host all-reduce, all-gather, reduce-scatter and broadcast through one shared area (one-shot for small messages, direct above); 0 uses rings and trees over the transports",
     ),
     param(
         "FERROCCL_CUDA_DISABLE",
