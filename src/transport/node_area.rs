@@ -76,7 +76,7 @@ pub enum Counter {
 /// size, offset) of its ncclMemAlloc allocation (fd -1: none); then flags (bit 0: the rank
 /// pre-scales its input; bits 1 and 2: its send and receive buffer travel through its slot),
 /// and the scalar's bytes (PreMulSum scalars differ per rank).
-const DESC_WORDS: usize = 12;
+pub const DESC_WORDS: usize = 12;
 /// Offset of the descriptor in a control block, after the counters' lines.
 const DESC_OFFSET: usize = 192;
 
@@ -95,6 +95,68 @@ pub struct BufDesc {
 impl BufDesc {
     pub fn of(addr: *const u8, len: usize) -> BufDesc {
         BufDesc { addr: addr as u64, shared: peer_mem::locate(addr as usize, len), staged: false }
+    }
+
+    /// The shareable allocation this buffer lies in, when it holds `len` bytes from the
+    /// buffer's start (a peer's record may claim anything: the range is checked here).
+    pub fn shared_range(&self, len: usize) -> Option<SharedRef> {
+        self.shared.filter(|r| r.offset.checked_add(len as u64).is_some_and(|end| end <= r.size))
+    }
+}
+
+/// A rank's descriptor as written into its control block and decoded by its peers: words of
+/// another process, so decoding takes any value and uses are checked
+/// ([`BufDesc::shared_range`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Descriptor {
+    pub send: BufDesc,
+    pub recv: BufDesc,
+    /// The PreMulSum scalar this rank scales its input by.
+    pub pre_scalar: Option<[u8; 8]>,
+}
+
+impl Descriptor {
+    pub fn encode(&self) -> [u64; DESC_WORDS] {
+        let mut w = [0u64; DESC_WORDS];
+        if let Some(s) = self.pre_scalar {
+            w[10] = 1;
+            w[11] = u64::from_ne_bytes(s);
+        }
+        w[10] |= (u64::from(self.send.staged) << 1) | (u64::from(self.recv.staged) << 2);
+        for (i, d) in [self.send, self.recv].iter().enumerate() {
+            let o = i * 5;
+            w[o] = d.addr;
+            match d.shared {
+                Some(s) => {
+                    w[o + 1] = s.fd as u32 as u64;
+                    w[o + 2] = s.serial;
+                    w[o + 3] = s.size;
+                    w[o + 4] = s.offset;
+                }
+                None => w[o + 1] = u64::MAX,
+            }
+        }
+        w
+    }
+
+    pub fn decode(w: &[u64; DESC_WORDS]) -> Descriptor {
+        let flags = w[10];
+        let buf = |o: usize, staged: bool| BufDesc {
+            addr: w[o],
+            // fd -1 (all ones): not shareable memory.
+            shared: (w[o + 1] != u64::MAX).then(|| SharedRef {
+                fd: w[o + 1] as u32 as i32,
+                serial: w[o + 2],
+                size: w[o + 3],
+                offset: w[o + 4],
+            }),
+            staged,
+        };
+        Descriptor {
+            send: buf(0, flags >> 1 & 1 == 1),
+            recv: buf(5, flags >> 2 & 1 == 1),
+            pre_scalar: (flags & 1 == 1).then(|| w[11].to_ne_bytes()),
+        }
     }
 }
 
@@ -490,25 +552,7 @@ impl NodeArea {
 
     /// Publishes this rank's buffers and input scalar (before marking `Arrived`).
     pub fn publish(&self, send: BufDesc, recv: BufDesc, pre_scalar: Option<[u8; 8]>) {
-        let mut w = [0u64; DESC_WORDS];
-        if let Some(s) = pre_scalar {
-            w[10] = 1;
-            w[11] = u64::from_ne_bytes(s);
-        }
-        w[10] |= (u64::from(send.staged) << 1) | (u64::from(recv.staged) << 2);
-        for (i, d) in [send, recv].iter().enumerate() {
-            let o = i * 5;
-            w[o] = d.addr;
-            match d.shared {
-                Some(s) => {
-                    w[o + 1] = s.fd as u32 as u64;
-                    w[o + 2] = s.serial;
-                    w[o + 3] = s.size;
-                    w[o + 4] = s.offset;
-                }
-                None => w[o + 1] = u64::MAX,
-            }
-        }
+        let w = Descriptor { send, recv, pre_scalar }.encode();
         for (i, v) in w.iter().enumerate() {
             self.ctrl_word(self.rank, DESC_OFFSET + i * 8).store(*v, Ordering::Relaxed);
         }
@@ -517,24 +561,24 @@ impl NodeArea {
     /// How this rank reaches `rank`'s send (`which == 0`) or receive buffer, `len` bytes
     /// from its start, as published for the current operation.
     pub fn peer_buf(&mut self, rank: usize, which: usize, len: usize) -> PeerBuf {
-        let o = DESC_OFFSET + which * 40;
-        let word = |i: usize| self.ctrl_word(rank, o + i * 8).load(Ordering::Relaxed);
-        let addr = word(0);
+        let desc = self.descriptor(rank);
+        let buf = if which == 0 { desc.send } else { desc.recv };
         let pid = self.pids[rank];
         // No pidfd: the rank lives in this process (getpid is a system call; this is not).
         if self.pidfds[rank].is_none() {
-            return PeerBuf::Direct(addr as usize as *mut u8);
+            return PeerBuf::Direct(buf.addr as usize as *mut u8);
         }
-        let fd = word(1);
-        if fd != u64::MAX {
-            let r = SharedRef { fd: fd as u32 as i32, serial: word(2), size: word(3), offset: word(4) };
-            if r.offset.checked_add(len as u64).is_some_and(|end| end <= r.size) {
-                if let Some(p) = self.maps.resolve(pid, &r) {
-                    return PeerBuf::Direct(p);
-                }
-            }
+        if let Some(p) = buf.shared_range(len).and_then(|r| self.maps.resolve(pid, &r)) {
+            return PeerBuf::Direct(p);
         }
-        PeerBuf::Remote { pid, addr }
+        PeerBuf::Remote { pid, addr: buf.addr }
+    }
+
+    /// `rank`'s descriptor as published for the current operation.
+    pub fn descriptor(&self, rank: usize) -> Descriptor {
+        let w: [u64; DESC_WORDS] =
+            std::array::from_fn(|i| self.ctrl_word(rank, DESC_OFFSET + i * 8).load(Ordering::Relaxed));
+        Descriptor::decode(&w)
     }
 
     /// Whether `rank` works in place (its send and receive buffers are the same address).
@@ -545,15 +589,18 @@ impl NodeArea {
 
     /// The scalar `rank` multiplies its input by (PreMulSum), as published.
     pub fn peer_pre_scalar(&self, rank: usize) -> Option<[u8; 8]> {
-        let flags = self.ctrl_word(rank, DESC_OFFSET + 10 * 8).load(Ordering::Relaxed);
-        (flags & 1 == 1).then(|| self.ctrl_word(rank, DESC_OFFSET + 11 * 8).load(Ordering::Relaxed).to_ne_bytes())
+        self.descriptor(rank).pre_scalar
     }
 
     /// Whether `rank`'s send (`which == 0`) or receive buffer travels through its slot, as
     /// published for the current operation.
     pub fn peer_staged(&self, rank: usize, which: usize) -> bool {
-        let flags = self.ctrl_word(rank, DESC_OFFSET + 10 * 8).load(Ordering::Relaxed);
-        flags >> (1 + which) & 1 == 1
+        let desc = self.descriptor(rank);
+        if which == 0 {
+            desc.send.staged
+        } else {
+            desc.recv.staged
+        }
     }
 
     /// Whether every peer can map a buffer of this rank that is not shared memory: only when
@@ -613,4 +660,30 @@ fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     // Pid 0 (and anything beyond pid_t) is no process: EINVAL, as the system call says.
     let pid = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw).ok_or(rustix::io::Errno::INVAL)?;
     Ok(rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptors_round_trip_and_claimed_ranges_are_checked() {
+        let shared = SharedRef { fd: 7, serial: 3, size: 4096, offset: 1000 };
+        let d = Descriptor {
+            send: BufDesc { addr: 0x1000, shared: Some(shared), staged: false },
+            recv: BufDesc { addr: 0x2000, shared: None, staged: true },
+            pre_scalar: Some(2.5f64.to_ne_bytes()),
+        };
+        assert_eq!(Descriptor::decode(&d.encode()), d);
+        // Within the allocation, up to its end; not one byte past it, nor by overflow.
+        assert_eq!(d.send.shared_range(3096), Some(shared));
+        assert_eq!(d.send.shared_range(3097), None);
+        let huge = BufDesc { shared: Some(SharedRef { offset: u64::MAX, ..shared }), ..d.send };
+        assert_eq!(huge.shared_range(2), None);
+        // Any words decode, and decode again to the same record.
+        let junk = [u64::MAX; DESC_WORDS];
+        let j = Descriptor::decode(&junk);
+        assert_eq!(Descriptor::decode(&j.encode()), j);
+        assert!(j.send.shared.is_none() && j.send.staged && j.recv.staged && j.pre_scalar.is_some());
+    }
 }
