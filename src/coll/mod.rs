@@ -244,7 +244,8 @@ fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Resul
             _ => return Err(Error::internal(format!("no node algorithm for {}", req.op.name()))),
         };
         log::debug!(target: "COLL", "{} count {} datatype {} in_place {in_place} algorithm {}", req.op.name(), req.count, req.dtype, algo.name());
-        let stage_max = tuning.node_stage_max.unwrap_or_else(|| node::default_stage_max(&coll, n));
+        let oversubscribed = n > crate::topo::usable_cores();
+        let stage_max = tuning.node_stage_max.unwrap_or_else(|| node::default_stage_max(&coll, n, oversubscribed));
         let node = node::NodeOp::new(coll, algo, bufs.send, bufs.recv, block, sig).with_stage_max(stage_max);
         return Ok(Work { plan: node_plan(algo), bufs, reduction: req.reduction, send_copy, node: Some(node), sig });
     }

@@ -63,11 +63,20 @@ pub const STAGE_MAX: usize = usize::MAX;
 ///   4 MiB 1194 vs 867; 16 ranks 64 KiB 36 vs 56, 256 KiB 126 vs 114.
 /// - all-gather: 2 ranks 16 KiB 3.2 vs 3.9, 64 KiB 7.4 vs 5.2; 8 ranks slots always (64 MiB
 ///   13.1 ms vs 18.3); 16 ranks 256 KiB 30 vs 48, 1 MiB 186 vs 200, 4 MiB 816 vs 716.
-/// - broadcast: 2 ranks, one kernel copy beats two copies (slots 2 MiB 339 vs Open MPI's 202);
-///   more ranks read the root's slot at once, 2x Open MPI at 16 ranks.
-pub fn default_stage_max(coll: &NodeColl, nranks: usize) -> usize {
+/// - broadcast: 2 ranks, one kernel copy beats two copies (slots 2 MiB 298 vs 225, 8 MiB 1153
+///   vs 866); more ranks read the root's slot at once, 2x Open MPI at 16 ranks.
+///
+/// Kernel copies cost more on the 2-core VM (bench/results/malloc-buffers-2core-2026-12-04.md):
+/// there slots win everywhere but the 2-rank all-gather, by 3-4x for a 2-rank all-reduce
+/// (2 MiB 340-409 vs 1108-1291) and when ranks outnumber cores (each system call then also
+/// waits for the scheduler): so slots at every size for a 2-rank all-reduce (even on 16 cores)
+/// and whenever `oversubscribed`.
+pub fn default_stage_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -> usize {
+    if oversubscribed {
+        return STAGE_MAX;
+    }
     match (coll, nranks) {
-        (NodeColl::AllReduce(_), 0..=2) => 8 << 10,
+        (NodeColl::AllReduce(_), 0..=2) => STAGE_MAX,
         (NodeColl::AllReduce(_), _) => 128 << 10,
         (NodeColl::ReduceScatter(_), 0..=2) => STAGE_MAX,
         (NodeColl::ReduceScatter(_), 3..=8) => 1 << 20,
