@@ -4,7 +4,7 @@
 // FERROCCL_BENCH_PSK set (a key of at least 32 bytes) the run is encrypted (ncclSetEncryption).
 // Force sockets between ranks of one host with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1.
 //   nvcc -O2 -I$PREFIX/include staged_bw.cu -L$PREFIX/lib -lnccl -lmpi -o staged_bw
-//   mpirun -np 2 -x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 ./staged_bw [min_MiB] [max_MiB]
+//   mpirun -np 2 -x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 ./staged_bw [min_MiB] [max_MiB] [mixed]
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -19,26 +19,25 @@
 #define NCCL(x) do { ncclResult_t r = (x); if (r != ncclSuccess) { \
   fprintf(stderr, "%s: %s\n", #x, ncclGetErrorString(r)); MPI_Abort(MPI_COMM_WORLD, 1); } } while (0)
 
-// Median time of `iters` all-reduces of `count` floats, after 2 warm-ups; checks the result.
-static double time_allreduce(float* send, float* recv, float* host_check, size_t count, bool device,
-                             ncclComm_t comm, cudaStream_t stream, int nranks, int iters) {
-  std::vector<double> t;
-  for (int i = 0; i < iters + 2; i++) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = MPI_Wtime();
-    NCCL(ncclAllReduce(send, recv, count, ncclFloat, ncclSum, comm, device ? stream : 0));
-    if (device) CUDA(cudaStreamSynchronize(stream));
-    double t1 = MPI_Wtime();
-    if (i >= 2) t.push_back(t1 - t0);
-  }
-  const float* r = recv;
-  if (device) {
-    CUDA(cudaMemcpy(host_check, recv, count * sizeof(float), cudaMemcpyDeviceToHost));
-    r = host_check;
-  }
-  // Every rank sent 1.0 in every element.
+// One all-reduce of `count` floats, timed from a barrier to its completion on every rank.
+static double time_one(const float* send, float* recv, size_t count, bool device, ncclComm_t comm,
+                       cudaStream_t stream) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = MPI_Wtime();
+  NCCL(ncclAllReduce(send, recv, count, ncclFloat, ncclSum, comm, device ? stream : 0));
+  if (device) CUDA(cudaStreamSynchronize(stream));
+  double dt = MPI_Wtime() - t0, worst;
+  MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return worst;
+}
+
+// Every rank sent 1.0 in every element.
+static void check(const float* r, size_t count, int nranks) {
   for (size_t i = 0; i < count; i += 4099)
     if (r[i] != (float)nranks) { fprintf(stderr, "wrong result at %zu: %f\n", i, r[i]); MPI_Abort(MPI_COMM_WORLD, 2); }
+}
+
+static double median(std::vector<double> t) {
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
@@ -49,6 +48,11 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
   size_t min_mib = argc > 1 ? strtoull(argv[1], 0, 10) : 1, max_mib = argc > 2 ? strtoull(argv[2], 0, 10) : 256;
+  // "mixed": only rank 0 passes device buffers, the others host buffers. With ranks sharing one
+  // GPU this measures one rank's staging without the other processes' copies taking turns with
+  // its own on the GPU (as ranks on their own GPUs would not).
+  bool mixed = argc > 3 && strcmp(argv[3], "mixed") == 0;
+  bool my_device = !mixed || rank == 0;
   const char* psk = getenv("FERROCCL_BENCH_PSK");
   if (psk) {
     ncclEncryptionConfig_t enc = NCCL_ENCRYPTION_CONFIG_INITIALIZER;
@@ -71,15 +75,25 @@ int main(int argc, char** argv) {
   std::vector<float> hsend(max_count, 1.0f), hrecv(max_count), check(max_count);
   CUDA(cudaMemcpy(dsend, hsend.data(), max_count * sizeof(float), cudaMemcpyHostToDevice));
   if (rank == 0)
-    printf("# %d ranks, %s; busbw = bytes * 2(n-1)/n / time (GB/s), median\n# %10s %14s %14s %8s\n", nranks,
-           psk ? "TLS (ncclSetEncryption)" : "plaintext", "bytes", "host busbw", "device busbw", "ratio");
+    printf("# %d ranks%s, %s; busbw = bytes * 2(n-1)/n / time (GB/s), median\n# %10s %14s %14s %8s\n", nranks,
+           mixed ? " (device buffers on rank 0 only)" : "", psk ? "TLS (ncclSetEncryption)" : "plaintext", "bytes", "host busbw", "device busbw", "ratio");
+  // Host and device operations alternate, so that both columns see the same state of the
+  // machine (loopback TCP between processes on a shared host drifts by up to 2x over a run).
   for (size_t mib = min_mib; mib <= max_mib; mib *= 2) {
     size_t count = (mib << 20) / sizeof(float);
-    int iters = mib >= 64 ? 5 : 10;
-    double th = time_allreduce(hsend.data(), hrecv.data(), 0, count, false, comm, stream, nranks, iters);
-    double td = time_allreduce(dsend, drecv, check.data(), count, true, comm, stream, nranks, iters);
-    double f = 2.0 * (nranks - 1) / nranks * (double)(mib << 20) / 1e9;
-    if (rank == 0) printf("  %10zu %14.2f %14.2f %8.2f\n", mib << 20, f / th, f / td, th / td);
+    int iters = mib >= 64 ? 6 : 12;
+    std::vector<double> th, td;
+    for (int i = 0; i < iters + 2; i++) {
+      double a = time_one(hsend.data(), hrecv.data(), count, false, comm, stream);
+      double b = my_device ? time_one(dsend, drecv, count, true, comm, stream)
+                           : time_one(hsend.data(), check.data(), count, false, comm, stream);
+      if (i >= 2) { th.push_back(a); td.push_back(b); }
+    }
+    check(hrecv.data(), count, nranks);
+    if (my_device) CUDA(cudaMemcpy(check.data(), drecv, count * sizeof(float), cudaMemcpyDeviceToHost));
+    check(check.data(), count, nranks);
+    double f = 2.0 * (nranks - 1) / nranks * (double)(mib << 20) / 1e9, mh = median(th), md = median(td);
+    if (rank == 0) printf("  %10zu %14.2f %14.2f %8.2f\n", mib << 20, f / mh, f / md, mh / md);
   }
   NCCL(ncclCommDestroy(comm));
   MPI_Finalize();
