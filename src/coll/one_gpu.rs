@@ -10,12 +10,23 @@
 //! and register with CUDA:
 //!
 //! ```text
+//! rank r > 0 stream:  [scalar -> page]  ready_seq[r] = k   wait done_seq[r] >= k
+//! rank 0 stream:      wait ready_seq[r] >= k (each r)   kernels   done_seq[r] = k (each r)
+//! ```
+//!
+//! where k is the operation's sequence number (the same on every rank: operations are
+//! collective). Nothing is reset, so each rank's stream does two flag operations and rank 0's
+//! one wait per rank plus one write per rank. A CUDA graph replays the values it captured, so a
+//! captured operation uses a second pair of flags that are set and reset, which only ever take
+//! the values 0 and 1:
+//!
+//! ```text
 //! rank r > 0 stream:  [scalar -> page]  ready[r] = 1   wait done[r] == 1   done[r] = 0
 //! rank 0 stream:      wait ready[r] == 1, ready[r] = 0 (each r)   kernels   done[r] = 1 (each r)
 //! ```
 //!
-//! The flags only ever take the values 0 and 1, so the same memory operations can be captured
-//! in a CUDA graph and replayed. On the host, each call sends rank 0 where this rank's buffers
+//! Each pair is used only by its own kind of operation, and every rank queues the same
+//! operations in the same order, so the two interleave safely. On the host, each call sends rank 0 where this rank's buffers
 //! are (a gather over the communicator): the only host-side wait is that of the other ranks for
 //! rank 0 to reach the same call, never for the GPU.
 //!
@@ -47,7 +58,7 @@ const SCALARS_PER_RANK: usize = 504;
 /// Bytes of the page: the flag lines, then each rank's scalar slots.
 const PAGE_BYTES: usize = MAX_RANKS * LINE_BYTES + MAX_RANKS * SCALARS_PER_RANK * 8;
 const _: () = assert!(PAGE_BYTES <= 64 << 10);
-/// Bytes of the device flag block: one line per rank (Ready and Done used).
+/// Bytes of the device flag block: one line per rank (Ready, Done, ReadySeq and DoneSeq used).
 const FLAG_BLOCK_BYTES: usize = MAX_RANKS * LINE_BYTES;
 
 /// A rank's flags. Ready and Done, which the GPU polls, live in device memory (a block rank 0
@@ -61,6 +72,12 @@ enum Word {
     /// The sequence number of the last operation whose flag work this rank's stream has
     /// passed: at destroy, the page is unregistered only when the stream is through.
     Finished = 3,
+    /// The sequence number of the last operation this rank's stream is ready for (plain
+    /// launches; device block).
+    ReadySeq = 4,
+    /// The sequence number of the last operation rank 0's stream finished for this rank
+    /// (plain launches; device block).
+    DoneSeq = 5,
 }
 
 /// The page's place in this process: rank 0's own allocation or a mapping of it.
@@ -112,7 +129,7 @@ impl CommGpu {
     }
 
     fn flag_addr(&self, rank: usize, w: Word) -> u64 {
-        let base = if matches!(w, Word::Ready | Word::Done) { self.flags } else { self.dev };
+        let base = if matches!(w, Word::Error | Word::Finished) { self.dev } else { self.flags };
         base + (rank * LINE_BYTES + 4 * w as usize) as u64
     }
 
@@ -335,14 +352,25 @@ fn follow(comm: &Comm, g: &CommGpu, reqs: &[OpRequest], stream: Stream, capturin
             slot += 1;
         }
     }
+    let finished = FlagOp::Write(g.flag_addr(r, Word::Finished), seq);
+    if capturing {
+        return stream.flag_ops(
+            &[
+                FlagOp::Write(g.flag_addr(r, Word::Ready), 1),
+                FlagOp::WaitEq(g.flag_addr(r, Word::Done), 1),
+                FlagOp::Write(g.flag_addr(r, Word::Done), 0),
+                finished,
+            ],
+            true,
+        );
+    }
     stream.flag_ops(
         &[
-            FlagOp::Write(g.flag_addr(r, Word::Ready), 1),
-            FlagOp::WaitEq(g.flag_addr(r, Word::Done), 1),
-            FlagOp::Write(g.flag_addr(r, Word::Done), 0),
-            FlagOp::Write(g.flag_addr(r, Word::Finished), seq),
+            FlagOp::Write(g.flag_addr(r, Word::ReadySeq), seq),
+            FlagOp::WaitGeq(g.flag_addr(r, Word::DoneSeq), seq),
+            finished,
         ],
-        capturing,
+        false,
     )
 }
 
@@ -359,9 +387,13 @@ fn lead(
     seq: u32,
 ) -> Result<()> {
     let n = comm.nranks;
-    let waits: Vec<FlagOp> = (1..n)
-        .flat_map(|r| [FlagOp::WaitEq(g.flag_addr(r, Word::Ready), 1), FlagOp::Write(g.flag_addr(r, Word::Ready), 0)])
-        .collect();
+    let waits: Vec<FlagOp> = if capturing {
+        (1..n)
+            .flat_map(|r| [FlagOp::WaitEq(g.flag_addr(r, Word::Ready), 1), FlagOp::Write(g.flag_addr(r, Word::Ready), 0)])
+            .collect()
+    } else {
+        (1..n).map(|r| FlagOp::WaitGeq(g.flag_addr(r, Word::ReadySeq), seq)).collect()
+    };
     stream.flag_ops(&waits, capturing)?;
     let everyone_described = (1..n).all(|r| all[r * desc_len + 4] == 0);
     let launched = if everyone_described {
@@ -375,7 +407,11 @@ fn lead(
         comm.set_async_error(e);
         releases.extend((1..n).map(|r| FlagOp::Write(g.flag_addr(r, Word::Error), 1)));
     }
-    releases.extend((1..n).map(|r| FlagOp::Write(g.flag_addr(r, Word::Done), 1)));
+    if capturing {
+        releases.extend((1..n).map(|r| FlagOp::Write(g.flag_addr(r, Word::Done), 1)));
+    } else {
+        releases.extend((1..n).map(|r| FlagOp::Write(g.flag_addr(r, Word::DoneSeq), seq)));
+    }
     releases.push(FlagOp::Write(g.flag_addr(0, Word::Finished), seq));
     stream.flag_ops(&releases, capturing)?;
     launched
@@ -417,11 +453,16 @@ pub fn release_streams(comm: &Comm) {
     g.word(comm.rank, Word::Error).store(1, Ordering::Release);
     // The GPU-polled flags are device memory: set them from ferroccl's own stream, which no
     // user stream orders (it runs while theirs wait).
+    // Sequence flags jump far ahead of every operation this rank queued (a wait is a cyclic
+    // comparison, so half the number space ahead passes them all).
+    let ahead = g.submitted.load(Ordering::Acquire).wrapping_add(1 << 30);
     let released = crate::cuda::stream::private_stream().and_then(|s| {
         s.fill32(g.flag_addr(comm.rank, Word::Done), 1, 1)?;
+        s.fill32(g.flag_addr(comm.rank, Word::DoneSeq), ahead, 1)?;
         if comm.rank == 0 {
             for r in 1..comm.nranks {
                 s.fill32(g.flag_addr(r, Word::Ready), 1, 1)?;
+                s.fill32(g.flag_addr(r, Word::ReadySeq), ahead, 1)?;
             }
         }
         Ok(())
@@ -662,5 +703,6 @@ mod tests {
         assert!(CommGpu::scalar_offset(0, 0) >= last_flag_end);
         assert_eq!(CommGpu::scalar_offset(MAX_RANKS - 1, SCALARS_PER_RANK - 1) + 8, PAGE_BYTES);
         assert!(4 * (Word::Finished as usize) + 4 <= LINE_BYTES);
+        assert!(4 * (Word::DoneSeq as usize) + 4 <= LINE_BYTES);
     }
 }

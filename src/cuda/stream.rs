@@ -76,6 +76,7 @@ impl Stream {
             for op in ops {
                 match *op {
                     FlagOp::WaitEq(addr, value) => self.wait_flag_eq(addr, value)?,
+                    FlagOp::WaitGeq(addr, value) => self.wait_flag(addr, value)?,
                     FlagOp::Write(addr, value) => self.write_flag(addr, value)?,
                 }
             }
@@ -88,7 +89,12 @@ impl Stream {
                 // variant used is set in full below.
                 let mut p: sys::CUstreamBatchMemOpParams = unsafe { std::mem::zeroed() };
                 match *op {
-                    FlagOp::WaitEq(address, value) => {
+                    FlagOp::WaitEq(address, value) | FlagOp::WaitGeq(address, value) => {
+                        let test = if matches!(op, FlagOp::WaitEq(..)) {
+                            sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ
+                        } else {
+                            sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ
+                        };
                         p.waitValue = sys::CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st {
                             operation: sys::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WAIT_VALUE_32,
                             address,
@@ -96,7 +102,7 @@ impl Stream {
                                 sys::CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st__bindgen_ty_1 {
                                     value,
                                 },
-                            flags: sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32,
+                            flags: test as u32,
                             alias: 0,
                         }
                     }
@@ -217,6 +223,9 @@ impl Stream {
 pub enum FlagOp {
     /// Hold the stream until the flag equals the value.
     WaitEq(sys::CUdeviceptr, u32),
+    /// Hold the stream until the flag has reached the value in wrapping sequence order (the
+    /// driver's cyclic `(int32)(flag - value) >= 0`).
+    WaitGeq(sys::CUdeviceptr, u32),
     /// Write the value when the stream gets there.
     Write(sys::CUdeviceptr, u32),
 }
