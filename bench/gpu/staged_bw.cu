@@ -32,7 +32,7 @@ static double time_one(const float* send, float* recv, size_t count, bool device
 }
 
 // Every rank sent 1.0 in every element.
-static void check(const float* r, size_t count, int nranks) {
+static void verify(const float* r, size_t count, int nranks) {
   for (size_t i = 0; i < count; i += 4099)
     if (r[i] != (float)nranks) { fprintf(stderr, "wrong result at %zu: %f\n", i, r[i]); MPI_Abort(MPI_COMM_WORLD, 2); }
 }
@@ -89,9 +89,9 @@ int main(int argc, char** argv) {
                            : time_one(hsend.data(), check.data(), count, false, comm, stream);
       if (i >= 2) { th.push_back(a); td.push_back(b); }
     }
-    check(hrecv.data(), count, nranks);
+    verify(hrecv.data(), count, nranks);
     if (my_device) CUDA(cudaMemcpy(check.data(), drecv, count * sizeof(float), cudaMemcpyDeviceToHost));
-    check(check.data(), count, nranks);
+    verify(check.data(), count, nranks);
     double f = 2.0 * (nranks - 1) / nranks * (double)(mib << 20) / 1e9, mh = median(th), md = median(td);
     if (rank == 0) printf("  %10zu %14.2f %14.2f %8.2f\n", mib << 20, f / mh, f / md, mh / md);
   }

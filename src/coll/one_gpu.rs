@@ -63,15 +63,12 @@ const FLAG_BLOCK_BYTES: usize = MAX_RANKS * LINE_BYTES;
 
 /// A rank's flags. Ready and Done, which the GPU polls, live in device memory (a block rank 0
 /// allocates and the others map through CUDA IPC: a wait there is served from the GPU's own
-/// memory, not across PCIe); Error and Finished, which hosts read, live in the host page.
+/// memory, not across PCIe); Error, which hosts read, lives in the host page.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Word {
     Ready = 0,
     Done = 1,
     Error = 2,
-    /// The sequence number of the last operation whose flag work this rank's stream has
-    /// passed: at destroy, the page is unregistered only when the stream is through.
-    Finished = 3,
     /// The sequence number of the last operation this rank's stream is ready for (plain
     /// launches; device block).
     ReadySeq = 4,
@@ -104,14 +101,14 @@ pub struct CommGpu {
     /// Taken (unregistered) before `memory` is unmapped; see Drop.
     registration: Mutex<Option<Registered>>,
     memory: ManuallyDrop<PageMemory>,
-    /// Operations queued on this rank (the value its stream writes to `Finished`).
+    /// Operations queued on this rank: the last one's sequence number.
     submitted: AtomicU32,
-    /// A graph was captured, or the communicator aborted: `Finished` no longer tells whether
-    /// streams are through with the page (replays write older sequence numbers).
+    /// A graph was captured, or the communicator aborted: the last event no longer tells
+    /// whether streams are through with the page (a replay may still come).
     unsure: AtomicBool,
-    /// The stream of the last operation and an event to order a different next one after it.
+    /// The stream of the last operation and an event recorded after it: orders a different
+    /// next stream after it, and tells at destroy whether streams are through with the page.
     last: Mutex<Option<(Stream, Event)>>,
-    rank: usize,
 }
 
 // SAFETY: the page is shared memory accessed through atomics (host) and stream memory
@@ -122,14 +119,14 @@ unsafe impl Sync for CommGpu {}
 
 impl CommGpu {
     fn word(&self, rank: usize, w: Word) -> &AtomicU32 {
-        debug_assert!(rank < MAX_RANKS && matches!(w, Word::Error | Word::Finished));
+        debug_assert!(rank < MAX_RANKS && w == Word::Error);
         // SAFETY: the page holds MAX_RANKS aligned lines of four u32 words and lives as long
         // as self; the GPU writes them with 32-bit stores, so atomic host access is sound.
         unsafe { &*(self.base.add(rank * LINE_BYTES + 4 * w as usize) as *const AtomicU32) }
     }
 
     fn flag_addr(&self, rank: usize, w: Word) -> u64 {
-        let base = if matches!(w, Word::Error | Word::Finished) { self.dev } else { self.flags };
+        let base = if w == Word::Error { self.dev } else { self.flags };
         base + (rank * LINE_BYTES + 4 * w as usize) as u64
     }
 
@@ -140,9 +137,8 @@ impl CommGpu {
 
 impl Drop for CommGpu {
     fn drop(&mut self) {
-        let through = self.word(self.rank, Word::Finished).load(Ordering::Acquire)
-            == self.submitted.load(Ordering::Acquire)
-            && !self.unsure.load(Ordering::Acquire);
+        let through = !self.unsure.load(Ordering::Acquire)
+            && self.last.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_none_or(|(_, e)| e.is_complete());
         let mut reg = self.registration.lock().unwrap_or_else(|p| p.into_inner());
         if !through {
             // A stream may still wait on the page: keep it (a few KiB) rather than pull it away.
@@ -263,7 +259,6 @@ fn set_up_page(comm: &Arc<Comm>) -> Result<CommGpu> {
         submitted: AtomicU32::new(0),
         unsure: AtomicBool::new(false),
         last: Mutex::new(None),
-        rank: comm.rank,
     })
 }
 
@@ -352,24 +347,18 @@ fn follow(comm: &Comm, g: &CommGpu, reqs: &[OpRequest], stream: Stream, capturin
             slot += 1;
         }
     }
-    let finished = FlagOp::Write(g.flag_addr(r, Word::Finished), seq);
     if capturing {
         return stream.flag_ops(
             &[
                 FlagOp::Write(g.flag_addr(r, Word::Ready), 1),
                 FlagOp::WaitEq(g.flag_addr(r, Word::Done), 1),
                 FlagOp::Write(g.flag_addr(r, Word::Done), 0),
-                finished,
             ],
             true,
         );
     }
     stream.flag_ops(
-        &[
-            FlagOp::Write(g.flag_addr(r, Word::ReadySeq), seq),
-            FlagOp::WaitGeq(g.flag_addr(r, Word::DoneSeq), seq),
-            finished,
-        ],
+        &[FlagOp::Write(g.flag_addr(r, Word::ReadySeq), seq), FlagOp::WaitGeq(g.flag_addr(r, Word::DoneSeq), seq)],
         false,
     )
 }
@@ -412,7 +401,6 @@ fn lead(
     } else {
         releases.extend((1..n).map(|r| FlagOp::Write(g.flag_addr(r, Word::DoneSeq), seq)));
     }
-    releases.push(FlagOp::Write(g.flag_addr(0, Word::Finished), seq));
     stream.flag_ops(&releases, capturing)?;
     launched
 }
@@ -702,7 +690,6 @@ mod tests {
         let last_flag_end = MAX_RANKS * LINE_BYTES;
         assert!(CommGpu::scalar_offset(0, 0) >= last_flag_end);
         assert_eq!(CommGpu::scalar_offset(MAX_RANKS - 1, SCALARS_PER_RANK - 1) + 8, PAGE_BYTES);
-        assert!(4 * (Word::Finished as usize) + 4 <= LINE_BYTES);
         assert!(4 * (Word::DoneSeq as usize) + 4 <= LINE_BYTES);
     }
 }

@@ -247,6 +247,12 @@ impl Event {
         Ok(Event(e))
     }
 
+    /// Whether the work it recorded has run (true also for an event never recorded).
+    pub fn is_complete(&self) -> bool {
+        // SAFETY: the event is live.
+        unsafe { sys::cuEventQuery(self.0) == sys::CUresult::CUDA_SUCCESS }
+    }
+
     /// Records the work queued on `stream` so far.
     pub fn record(&self, stream: Stream) -> Result<()> {
         // SAFETY: the event is live; the stream is the caller's.
