@@ -4,7 +4,7 @@
 // FERROCCL_BENCH_PSK set (a key of at least 32 bytes) the run is encrypted (ncclSetEncryption).
 // Force sockets between ranks of one host with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1.
 //   nvcc -O2 -I$PREFIX/include staged_bw.cu -L$PREFIX/lib -lnccl -lmpi -o staged_bw
-//   mpirun -np 2 -x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 ./staged_bw [min_MiB] [max_MiB] [mixed]
+//   mpirun -np 2 -x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 ./staged_bw [min_MiB] [max_MiB]
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -48,11 +48,6 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
   size_t min_mib = argc > 1 ? strtoull(argv[1], 0, 10) : 1, max_mib = argc > 2 ? strtoull(argv[2], 0, 10) : 256;
-  // "mixed": only rank 0 passes device buffers, the others host buffers. With ranks sharing one
-  // GPU this measures one rank's staging without the other processes' copies taking turns with
-  // its own on the GPU (as ranks on their own GPUs would not).
-  bool mixed = argc > 3 && strcmp(argv[3], "mixed") == 0;
-  bool my_device = !mixed || rank == 0;
   const char* psk = getenv("FERROCCL_BENCH_PSK");
   if (psk) {
     ncclEncryptionConfig_t enc = NCCL_ENCRYPTION_CONFIG_INITIALIZER;
@@ -75,8 +70,8 @@ int main(int argc, char** argv) {
   std::vector<float> hsend(max_count, 1.0f), hrecv(max_count), check(max_count);
   CUDA(cudaMemcpy(dsend, hsend.data(), max_count * sizeof(float), cudaMemcpyHostToDevice));
   if (rank == 0)
-    printf("# %d ranks%s, %s; busbw = bytes * 2(n-1)/n / time (GB/s), median\n# %10s %14s %14s %8s\n", nranks,
-           mixed ? " (device buffers on rank 0 only)" : "", psk ? "TLS (ncclSetEncryption)" : "plaintext", "bytes", "host busbw", "device busbw", "ratio");
+    printf("# %d ranks, %s; busbw = bytes * 2(n-1)/n / time (GB/s), median\n# %10s %14s %14s %8s\n", nranks,
+           psk ? "TLS (ncclSetEncryption)" : "plaintext", "bytes", "host busbw", "device busbw", "ratio");
   // Host and device operations alternate, so that both columns see the same state of the
   // machine (loopback TCP between processes on a shared host drifts by up to 2x over a run).
   for (size_t mib = min_mib; mib <= max_mib; mib *= 2) {
@@ -85,12 +80,11 @@ int main(int argc, char** argv) {
     std::vector<double> th, td;
     for (int i = 0; i < iters + 2; i++) {
       double a = time_one(hsend.data(), hrecv.data(), count, false, comm, stream);
-      double b = my_device ? time_one(dsend, drecv, count, true, comm, stream)
-                           : time_one(hsend.data(), check.data(), count, false, comm, stream);
+      double b = time_one(dsend, drecv, count, true, comm, stream);
       if (i >= 2) { th.push_back(a); td.push_back(b); }
     }
     verify(hrecv.data(), count, nranks);
-    if (my_device) CUDA(cudaMemcpy(check.data(), drecv, count * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA(cudaMemcpy(check.data(), drecv, count * sizeof(float), cudaMemcpyDeviceToHost));
     verify(check.data(), count, nranks);
     double f = 2.0 * (nranks - 1) / nranks * (double)(mib << 20) / 1e9, mh = median(th), md = median(td);
     if (rank == 0) printf("  %10zu %14.2f %14.2f %8.2f\n", mib << 20, f / mh, f / md, mh / md);

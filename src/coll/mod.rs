@@ -87,6 +87,11 @@ pub struct OpRequest {
     /// A PreMulSum scalar in device memory (`ncclScalarDevice` on a device-buffer call): read
     /// in stream order when the operation runs, so `reduction`'s pre bits are not used.
     pub pre_device: Option<usize>,
+    /// The caller passed device buffers. Stays set on the host copies the staged path runs
+    /// and on the one-GPU path's host exchanges, so that the signature tells a rank that
+    /// passed host buffers apart from one that passed device buffers (a collective's ranks
+    /// must agree: their paths differ).
+    pub device_call: bool,
 }
 
 // SAFETY: a request carries the user's addresses; the API contract keeps them valid until the
@@ -284,7 +289,12 @@ pub(crate) fn signature(req: &OpRequest) -> OpSig {
             return OpSig::new(crate::wire::sig::KIND_P2P, 0, 0, 0, req.count.wrapping_mul(req.dtype.size()))
         }
     };
-    OpSig::new(kind, dtype, op, root, req.count)
+    let sig = OpSig::new(kind, dtype, op, root, req.count);
+    if req.device_call {
+        sig.on_device()
+    } else {
+        sig
+    }
 }
 
 /// The node-level algorithm for this call, if one applies. Depends only on what every rank

@@ -512,6 +512,9 @@ fn host_request(op: CollOp, send: *const u8, recv: *mut u8, count: usize) -> OpR
         mem: MemKind::Host,
         stream: Stream(0),
         pre_device: None,
+        // These exchanges belong to a device call: a rank that passed host buffers to the same
+        // call is told so instead of being matched against them.
+        device_call: true,
     }
 }
 

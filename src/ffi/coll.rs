@@ -37,8 +37,10 @@ fn submit(
         mem: MemKind::Host,
         stream: Stream::from_raw(stream),
         pre_device: None,
+        device_call: false,
     };
     req.mem = crate::coll::stream::memory_kind(&c, &req, function)?;
+    req.device_call = req.mem.is_device();
     if let Some(op) = redop {
         // On a device-buffer call a device-resident PreMulSum scalar is read in stream order
         // when the operation runs; on a host call (and for host-resident scalars) now.

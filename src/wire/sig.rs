@@ -6,10 +6,14 @@
 //! Layout (32 bits, little-endian where it travels): kind (bits 0-3, 1-9; 0 means "not
 //! checked"), data type index (4-7), operator (8-11: 0 none, else 1 + sum/prod/max/min, +4 with
 //! a pre-scaling scalar (PreMulSum, float Avg), +8 with a final division (integer Avg)), root
-//! (12-19, modulo 256) and count (20-31, modulo 4096). The socket transport puts it in its frame
-//! header's spare word, shared memory in the high half of its slot's flag word, the node area
-//! next to its counters. Truncated fields mean some mismatches slip through (roots 256 apart);
-//! sizes are checked separately by every transport.
+//! (12-18, modulo 128), device buffers (19: a collective whose caller passed device memory,
+//! including the host copies and exchanges it runs on) and a 12-bit digest of the count
+//! (20-31: the 12-bit groups of the count XORed together, so counts below 4096 are themselves
+//! and counts one bit apart, such as powers of two, always differ). The socket transport puts
+//! it in its frame header's spare word, shared memory in the high half of its slot's flag word,
+//! the node area next to its counters. Truncated fields mean some mismatches slip through
+//! (roots 128 apart, counts with equal digests); sizes are checked separately by every
+//! transport.
 
 /// A call's signature; `OpSig::NONE` is never compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -31,8 +35,20 @@ const KINDS: [&str; 10] = [
 /// The point-to-point kind: a send on one rank matches a receive on the other.
 pub const KIND_P2P: u32 = 9;
 const OPS: [&str; 4] = ["sum", "prod", "max", "min"];
-pub const COUNT_MOD: usize = 1 << 12;
-pub const ROOT_MOD: usize = 1 << 8;
+pub const ROOT_MOD: usize = 1 << 7;
+const DEVICE_BIT: u32 = 1 << 19;
+
+/// The count's 12-bit groups XORed together: itself below 4096, and different for counts that
+/// differ in one bit.
+fn count_digest(count: usize) -> u32 {
+    let mut c = count as u64;
+    let mut d = 0u64;
+    while c != 0 {
+        d ^= c & 0xfff;
+        c >>= 12;
+    }
+    d as u32
+}
 
 impl OpSig {
     pub const NONE: OpSig = OpSig(0);
@@ -47,8 +63,13 @@ impl OpSig {
                 | (dtype & 0xf) << 4
                 | (op & 0xf) << 8
                 | ((root % ROOT_MOD) as u32) << 12
-                | ((count % COUNT_MOD) as u32) << 20,
+                | count_digest(count) << 20,
         )
+    }
+
+    /// The same call made on device buffers.
+    pub fn on_device(self) -> OpSig {
+        OpSig(self.0 | DEVICE_BIT)
     }
 
     /// The operator code of a reduction: `kind` 0-3 (sum, prod, max, min), whether inputs are
@@ -70,7 +91,10 @@ impl OpSig {
         (self.0 >> 8) & 0xf
     }
     fn root(self) -> u32 {
-        (self.0 >> 12) & 0xff
+        (self.0 >> 12) & 0x7f
+    }
+    fn device(self) -> bool {
+        self.0 & DEVICE_BIT != 0
     }
     fn count(self) -> u32 {
         self.0 >> 20
@@ -108,6 +132,16 @@ impl OpSig {
         let mut d = Vec::new();
         if self.kind() != theirs.kind() {
             d.push(format!("operation {} on {me}, {} on {peer}", self.kind_name(), theirs.kind_name()));
+        }
+        if self.device() != theirs.device() {
+            let kind = |device: bool| if device { "device" } else { "host" };
+            d.push(format!(
+                "{} buffers on {me}, {} buffers on {peer} (all ranks of a collective pass the same kind of memory)",
+                kind(self.device()),
+                kind(theirs.device())
+            ));
+        }
+        if !d.is_empty() {
             return d;
         }
         if self.dtype() != theirs.dtype() {
@@ -121,7 +155,7 @@ impl OpSig {
         }
         if self.count() != theirs.count() {
             d.push(format!(
-                "counts differ (modulo {COUNT_MOD}: {} on {me}, {} on {peer})",
+                "counts differ (12-bit digests, the count itself below 4096: {} on {me}, {} on {peer})",
                 self.count(),
                 theirs.count()
             ));
@@ -172,7 +206,7 @@ mod tests {
         assert!(a.check(OpSig::NONE, 0, 1).is_ok(), "unsigned messages are not compared");
         let count = OpSig::new(1, 7, OpSig::op_code(0, false, false), 0, 1001);
         let e = a.check(count, 0, 1).unwrap_err().to_string();
-        assert!(e.contains("counts differ (modulo 4096: 1000 on rank 0, 1001 on rank 1)"), "{e}");
+        assert!(e.contains("counts differ (12-bit digests, the count itself below 4096: 1000 on rank 0, 1001 on rank 1)"), "{e}");
         let dtype = OpSig::new(1, 2, OpSig::op_code(0, false, false), 0, 1000);
         let e = a.check(dtype, 0, 1).unwrap_err().to_string();
         assert!(e.contains("data type float on rank 0, int32 on rank 1"), "{e}");
@@ -186,6 +220,19 @@ mod tests {
         assert!(e.contains("operation AllReduce on rank 0, Broadcast on rank 1"), "{e}");
         let e = a.check_labelled(count, "this rank", "the peer").unwrap_err().to_string();
         assert!(e.contains("1000 on this rank, 1001 on the peer"), "{e}");
-        assert_eq!(OpSig::new(9, 0, 0, 0, 5 + COUNT_MOD), OpSig::new(9, 0, 0, 0, 5), "count is kept modulo");
+        // Powers of two (the common sizes) are told apart, and counts one bit apart always are.
+        for bit in 0..40 {
+            assert_ne!(OpSig::new(1, 7, 1, 0, 1 << bit), OpSig::new(1, 7, 1, 0, 1 << (bit + 1)), "2^{bit}");
+            assert_ne!(OpSig::new(1, 7, 1, 0, 3 << 20), OpSig::new(1, 7, 1, 0, (3 << 20) ^ (1 << bit)), "bit {bit}");
+        }
+        assert_eq!(OpSig::new(9, 0, 0, 0, 5 | 5 << 12), OpSig::new(9, 0, 0, 0, 0), "equal digests pass");
+        // The kind of memory: named first, before any other difference.
+        let dev = a.on_device();
+        assert!(dev.check(dev, 0, 1).is_ok());
+        let e = dev.check(count, 0, 1).unwrap_err().to_string();
+        assert!(e.contains("device buffers on rank 0, host buffers on rank 1"), "{e}");
+        assert!(!e.contains("counts differ"), "{e}");
+        assert_eq!(OpSig::new(2, 7, 0, 127, 10).root(), 127);
+        assert_eq!(OpSig::new(2, 7, 0, 128, 10), OpSig::new(2, 7, 0, 0, 10), "root is kept modulo 128");
     }
 }

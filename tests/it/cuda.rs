@@ -14,7 +14,7 @@ use ferroccl::ffi::coll::{ncclAllGather, ncclAllReduce, ncclBroadcast, ncclRecv,
 use ferroccl::ffi::group::{ncclGroupEnd, ncclGroupStart};
 use ferroccl::ffi::init::{ncclCommDestroy, ncclCommInitRank};
 use ferroccl::ffi::mem::{ncclMemAlloc, ncclMemFree};
-use ferroccl::ffi::query::ncclRedOpCreatePreMulSum;
+use ferroccl::ffi::query::{ncclCommGetAsyncError, ncclGetLastError, ncclRedOpCreatePreMulSum};
 use ferroccl::types::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclScalarResidence_t};
 
 use crate::common::{check, unique_id, with_prepared_ranks, Comm};
@@ -266,6 +266,41 @@ fn mixed_memory_is_refused_and_mem_alloc_is_device_memory() {
 }
 
 /// Body of a rank process for the tests below (does nothing without the role variable).
+/// A collective where one rank passes device buffers and the other host buffers is refused on
+/// both (their paths differ: the device rank's exchanges and the host rank's collective would
+/// otherwise be matched against each other), naming the kinds; nothing hangs.
+#[test]
+fn ranks_passing_different_kinds_of_memory_are_refused() {
+    if skip("ranks_passing_different_kinds_of_memory_are_refused") {
+        return;
+    }
+    let texts = with_ranks(2, |rank, comm| {
+        let count = 1 << 16;
+        let stream = new_stream();
+        let r = if rank == 0 {
+            let dev = DevBuf::new(count);
+            let r = ncclAllReduce(dev.p(), dev.p(), count, F32, ncclRedOp_t(0), comm.0, stream);
+            sync(stream);
+            r
+        } else {
+            let mut host = vec![1f32; count];
+            let p = host.as_mut_ptr().cast();
+            ncclAllReduce(p, p, count, F32, ncclRedOp_t(0), comm.0, std::ptr::null_mut())
+        };
+        let mut async_err = ncclResult_t::ncclSuccess;
+        check(ncclCommGetAsyncError(comm.0, &mut async_err), "ncclCommGetAsyncError");
+        // SAFETY: a thread-local NUL-terminated string, copied at once.
+        let msg = unsafe { std::ffi::CStr::from_ptr(ncclGetLastError(comm.0)) }.to_string_lossy().into_owned();
+        (r, async_err, msg)
+    });
+    for (rank, (r, async_err, msg)) in texts.iter().enumerate() {
+        let refused = *r == ncclResult_t::ncclInvalidUsage || *async_err == ncclResult_t::ncclInvalidUsage;
+        assert!(refused, "rank {rank}: returned {r:?}, async {async_err:?}: {msg}");
+    }
+    let host_rank = &texts[1].2;
+    assert!(host_rank.contains("host buffers on") && host_rank.contains("device buffers on"), "{host_rank}");
+}
+
 #[test]
 fn gpu_child_rank() {
     let Ok(role) = std::env::var("FERROCCL_IT_GPU_ROLE") else { return };
