@@ -117,6 +117,13 @@ fn sync(stream: *mut c_void) {
     cu(unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) }, "cuStreamSynchronize");
 }
 
+/// Waits until every rank reaches this point (a host all-reduce).
+fn host_barrier(comm: ncclComm_t) {
+    let mut x = 1f32;
+    let p = &mut x as *mut f32 as *mut c_void;
+    check(ncclAllReduce(p, p, 1, F32, ncclRedOp_t(0), comm, std::ptr::null_mut()), "host barrier");
+}
+
 fn new_stream() -> *mut c_void {
     let mut s: sys::CUstream = std::ptr::null_mut();
     // SAFETY: a context is current; out-pointer is live.
@@ -422,6 +429,11 @@ fn device_scalar_and_graph_threads_1_2_3() {
     for n in [1usize, 2, 3] {
         with_ranks(n, move |rank, comm| {
             device_collectives(rank, n, comm.0);
+            // device_collectives frees its buffers on return, and cuMemFree waits for every
+            // stream of the context, the other rank threads' included: a rank already queuing
+            // the next test's operations (its stream waiting for this rank's) would never let
+            // it return. Nobody queues device work until everybody is through.
+            host_barrier(comm.0);
             device_scalar_and_graph(rank, n, comm.0)
         });
     }
