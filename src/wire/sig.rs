@@ -206,7 +206,10 @@ mod tests {
         assert!(a.check(OpSig::NONE, 0, 1).is_ok(), "unsigned messages are not compared");
         let count = OpSig::new(1, 7, OpSig::op_code(0, false, false), 0, 1001);
         let e = a.check(count, 0, 1).unwrap_err().to_string();
-        assert!(e.contains("counts differ (12-bit digests, the count itself below 4096: 1000 on rank 0, 1001 on rank 1)"), "{e}");
+        assert!(
+            e.contains("counts differ (12-bit digests, the count itself below 4096: 1000 on rank 0, 1001 on rank 1)"),
+            "{e}"
+        );
         let dtype = OpSig::new(1, 2, OpSig::op_code(0, false, false), 0, 1000);
         let e = a.check(dtype, 0, 1).unwrap_err().to_string();
         assert!(e.contains("data type float on rank 0, int32 on rank 1"), "{e}");
