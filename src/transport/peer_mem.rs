@@ -248,6 +248,25 @@ mod tests {
     }
 
     #[test]
+    fn mappings_of_freed_memory_are_dropped_when_the_owner_maps_a_new_one() {
+        let mut maps = PeerMaps::default();
+        let me = std::process::id();
+        let a = alloc_shared(1 << 16).unwrap();
+        let b = alloc_shared(1 << 16).unwrap();
+        let (ra, rb) = (locate(a as usize, 1).unwrap(), locate(b as usize, 1).unwrap());
+        assert!(maps.resolve(me, &ra).is_some() && maps.resolve(me, &rb).is_some());
+        assert_eq!(maps.maps.len(), 2);
+        assert!(free_shared(a)); // closes a's descriptor
+        let c = alloc_shared(1 << 16).unwrap();
+        let rc = locate(c as usize, 1).unwrap();
+        assert!(maps.resolve(me, &rc).is_some());
+        assert!(!maps.maps.contains_key(&(me, ra.serial)), "a is gone: its mapping too");
+        assert!(maps.maps.contains_key(&(me, rb.serial)), "b is still held");
+        assert_eq!(maps.order.len(), maps.maps.len());
+        assert!(free_shared(b) && free_shared(c));
+    }
+
+    #[test]
     fn unknown_descriptor_is_refused_not_mapped() {
         let mut maps = PeerMaps::default();
         let bogus = SharedRef { fd: 1_000_000, serial: 9, size: 4096, offset: 0 };

@@ -16,7 +16,9 @@
 //!   `IS_MMAPPED` flag; the chunk (page-sized) covers the buffer; and the whole chunk lies in
 //!   one anonymous, private, read-write mapping (not `[heap]`, not `[stack]`), checked with
 //!   the kernel's `PROCMAP_QUERY` or, on older kernels, `/proc/self/maps`, before the header
-//!   is read. Such a chunk owns all of its pages: glibc writes its header page only when this
+//!   is read; the chunk ends where that mapping ends or where another mmapped chunk's header
+//!   begins (the kernel merges neighbouring anonymous mappings), which a header-like pattern
+//!   inside user data almost never satisfies too. Such a chunk owns all of its pages: glibc writes its header page only when this
 //!   chunk is freed or reallocated, so no other allocation shares the promoted range. Anything
 //!   else (brk heap and arena chunks, stacks, other mappings, small buffers) keeps the slot or
 //!   copy path.
@@ -175,6 +177,19 @@ pub fn share(addr: usize, len: usize, min: usize) -> std::result::Result<SharedR
     }
     if chunk_end > vma.end {
         return Err(Refused::Mapping);
+    }
+    // A real mmapped chunk ends where its mapping does, or where the next one (merged into the
+    // same kernel mapping) begins; bytes that merely look like a header in the middle of
+    // someone's data almost never pass this too.
+    // SAFETY: chunk_end + 16 <= vma.end when chunk_end < vma.end (both page aligned), inside
+    // the readable mapping.
+    let next_is_chunk = chunk_end < vma.end
+        && unsafe {
+            std::ptr::read_volatile(chunk_end as *const usize) == 0
+                && std::ptr::read_volatile((chunk_end + 8) as *const usize) & FLAG_BITS == IS_MMAPPED
+        };
+    if chunk_end != vma.end && !next_is_chunk {
+        return Err(Refused::NotMmappedChunk);
     }
     reg.sweep();
     if reg.ranges.len() >= MAX_SHARED {
@@ -449,4 +464,176 @@ fn vma_from_maps(text: &str, addr: usize) -> Option<Vma> {
             name: f.next().unwrap_or("").trim().to_string(),
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::peer_mem::PeerMaps;
+
+    /// Above glibc's largest dynamic mmap threshold (32 MiB), so malloc maps it whatever other
+    /// tests of this process freed before.
+    const BIG: usize = 40 << 20;
+    const MIN: usize = 1 << 20;
+
+    fn pattern(n: usize, seed: u64) -> Vec<u64> {
+        (0..n as u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ seed).collect()
+    }
+
+    fn vma(addr: usize) -> Vma {
+        registry().vma_at(addr).expect("mapped")
+    }
+
+    fn held(start: usize) -> bool {
+        registry().ranges.contains_key(&start)
+    }
+
+    #[test]
+    fn promotion_keeps_pointer_and_contents_and_peers_see_the_same_memory() {
+        let mut v = pattern(BIG / 8, 1);
+        let ptr = v.as_mut_ptr() as usize;
+        assert!(!vma(ptr).shared, "malloc'd memory starts private");
+        let r = share(ptr, BIG, MIN).expect("a glibc mmapped chunk");
+        assert_eq!(r.offset, HEADER_BYTES as u64);
+        assert!(r.size as usize >= BIG + HEADER_BYTES);
+        assert_eq!(v.as_ptr() as usize, ptr, "the pointer is unchanged");
+        assert!(v == pattern(BIG / 8, 1), "contents survive the promotion");
+        assert!(vma(ptr).shared, "the pages are now a shared mapping");
+        // Found again, also for a piece inside it, and promoted once only.
+        let inner = locate(ptr + 4096, 8192).expect("located");
+        assert_eq!((inner.serial, inner.offset), (r.serial, 4096 + HEADER_BYTES as u64));
+        assert_eq!(share(ptr, BIG, MIN).unwrap().serial, r.serial);
+        assert!(locate(ptr, r.size as usize).is_none(), "runs past the chunk");
+        // A peer maps it as it maps ncclMemAlloc memory (this process stands in for the peer).
+        let mut maps = PeerMaps::default();
+        let q = maps.resolve(std::process::id(), &r).expect("mappable through /proc");
+        // SAFETY: q is the buffer's start in a second mapping of the same pages, BIG bytes long.
+        unsafe {
+            assert_eq!(*(q as *const u64).add(7), v[7]);
+            *(q as *mut u64).add(9) = 12345;
+        }
+        assert_eq!(v[9], 12345, "writes through the peer's mapping land in the user's buffer");
+        v[10] = 777;
+        // SAFETY: as above.
+        assert_eq!(unsafe { *(q as *const u64).add(10) }, 777);
+        drop(v);
+    }
+
+    #[test]
+    fn freed_range_reused_by_new_memory_is_never_reported_shared() {
+        let v = pattern(BIG / 8, 2);
+        let ptr = v.as_ptr() as usize;
+        let first = share(ptr, BIG, MIN).expect("promoted");
+        let start = ptr - HEADER_BYTES;
+        drop(v); // glibc munmaps the chunk
+        // The same address as a new private mapping (when no other thread took it meanwhile).
+        let again = pattern(BIG / 8, 3);
+        let ptr2 = again.as_ptr() as usize;
+        assert!(locate(ptr2, BIG).is_none(), "new private memory is not the old shared range");
+        assert!(locate(ptr, 4096).is_none(), "a freed range is not reported");
+        assert!(!held(start), "the stale record was dropped");
+        assert!(!vma(ptr2).shared);
+        // Promoting the new buffer gives a new allocation (peers must not reuse the old map).
+        let second = share(ptr2, BIG, MIN).expect("promoted");
+        assert_ne!(second.serial, first.serial);
+        assert!(again == pattern(BIG / 8, 3));
+    }
+
+    #[test]
+    fn realloc_growth_and_shrink_of_a_promoted_buffer() {
+        let mut v = pattern(BIG / 8, 4);
+        let ptr = v.as_ptr() as usize;
+        share(ptr, BIG, MIN).expect("promoted");
+        // glibc grows the mmapped chunk with mremap, extending the shared mapping into the
+        // memfd: every new page must be backed (a short file would SIGBUS here).
+        v.reserve_exact(2 * BIG / 8);
+        let grown = v.as_ptr() as usize;
+        v.extend((0..2 * BIG as u64 / 8).map(|i| !i));
+        assert!(v[..BIG / 8] == pattern(BIG / 8, 4)[..], "old contents kept");
+        assert!(v[BIG / 8..].iter().enumerate().all(|(i, &x)| x == !(i as u64)), "new pages usable");
+        // The grown range is no longer the promoted one: not reported, not promoted again
+        // (it is a shared mapping now, not anonymous private memory).
+        assert!(locate(grown, v.len() * 8).is_none());
+        assert!(matches!(share(grown, v.len() * 8, MIN), Err(Refused::Mapping)));
+        v.truncate(BIG / 16);
+        v.shrink_to_fit();
+        assert!(v[..] == pattern(BIG / 8, 4)[..BIG / 16]);
+        drop(v);
+    }
+
+    #[test]
+    fn only_large_glibc_mmapped_chunks_are_promoted() {
+        let small = vec![1u8; 4096];
+        assert!(matches!(share(small.as_ptr() as usize, small.len(), MIN), Err(Refused::Small)));
+        assert!(share(small.as_ptr() as usize, small.len(), 1).is_err(), "brk/arena chunk");
+        let big = pattern(BIG / 8, 5);
+        assert!(matches!(share(big.as_ptr() as usize, BIG, BIG + 1), Err(Refused::Small)));
+        // A stack buffer.
+        let stack = [7u8; 64 << 10];
+        assert!(share(stack.as_ptr() as usize, stack.len(), 1).is_err());
+        assert!(!vma(stack.as_ptr() as usize).shared);
+        // Anonymous memory that glibc did not allocate (no chunk header).
+        let len = 4 << 20;
+        // SAFETY: a new private mapping, unmapped below.
+        let anon = unsafe {
+            rustix::mm::mmap_anonymous(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::PRIVATE)
+        }
+        .unwrap() as usize;
+        assert!(matches!(share(anon + HEADER_BYTES, MIN, 1), Err(Refused::NotMmappedChunk)));
+        // Bytes that look like an mmapped chunk's header in the middle of a buffer: the fake
+        // chunk ends inside the mapping, where no chunk begins.
+        let mut fake = pattern(BIG / 8, 6);
+        // Word index of the fake header: two pages past the chunk's start (page aligned).
+        let at = (8192 - HEADER_BYTES) / 8;
+        let inner = fake.as_ptr() as usize + at * 8 + HEADER_BYTES;
+        fake[at] = 0;
+        fake[at + 1] = (2 << 20) | IS_MMAPPED as u64;
+        assert!(matches!(share(inner, MIN, 1), Err(Refused::NotMmappedChunk)));
+        assert!(!vma(inner).shared);
+        // Shared memory of any kind (here an ncclMemAlloc allocation) is not anonymous.
+        let p = peer_mem::alloc_shared(4 << 20).unwrap();
+        assert!(share(p as usize + HEADER_BYTES, MIN, 1).is_err());
+        assert!(peer_mem::free_shared(p));
+        // SAFETY: the mapping made above.
+        unsafe { rustix::mm::munmap(anon as *mut std::ffi::c_void, len) }.unwrap();
+    }
+
+    #[test]
+    fn off_by_default_leaves_buffers_private() {
+        let p = crate::env::param_info("FERROCCL_SHARE_HEAP").expect("registered");
+        assert_eq!(p.default, "0");
+        let unset = crate::env::Snapshot::from_lookup(|_| None, &[]);
+        assert!(!unset.get_bool("FERROCCL_SHARE_HEAP"));
+        let v = pattern(BIG / 8, 7);
+        let d = crate::transport::node_area::BufDesc::of_sharing(v.as_ptr() as *const u8, BIG, None);
+        assert!(d.shared.is_none());
+        assert!(!vma(v.as_ptr() as usize).shared);
+        let d = crate::transport::node_area::BufDesc::of_sharing(v.as_ptr() as *const u8, BIG, Some(MIN));
+        assert!(d.shared.is_some(), "and on when asked");
+    }
+
+    #[test]
+    fn procmap_query_and_maps_text_agree() {
+        let v = pattern(BIG / 8, 8);
+        let stack = 0u64;
+        let text = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let code = pattern as *const () as usize;
+        for addr in [v.as_ptr() as usize, &stack as *const u64 as usize, code] {
+            let mut reg = registry();
+            let q = match reg.query(addr) {
+                Ok(q) => q.expect("mapped"),
+                Err(e) => {
+                    println!("PROCMAP_QUERY unsupported here ({e}); only the text parser is used");
+                    return;
+                }
+            };
+            {
+                let t = vma_from_maps(&text, addr).expect("listed");
+                assert_eq!((q.start, q.read, q.write, q.shared, q.inode, q.dev), (t.start, t.read, t.write, t.shared, t.inode, t.dev));
+                assert_eq!(q.name.is_empty(), t.name.is_empty(), "{q:?} vs {t:?}");
+            }
+        }
+        assert!(vma_from_maps("10000-20000 rw-p 00000000 00:00 0 \n", 0x1_8000).is_some_and(|v| v.write && !v.shared));
+        assert!(vma_from_maps("10000-20000 rw-s 00000000 00:01 42 /memfd:x (deleted)\n", 0x2_0000).is_none());
+    }
 }
