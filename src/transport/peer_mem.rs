@@ -189,13 +189,13 @@ impl PeerMaps {
                         self.maps.remove(&old);
                     }
                 }
-                log::info!(target: "SHM", "SHM: mapped {} bytes of pid {pid}'s ncclMemAlloc memory", r.size);
+                log::info!(target: "SHM", "SHM: mapped {} bytes of pid {pid}'s shareable memory (ncclMemAlloc or FERROCCL_SHARE_HEAP)", r.size);
                 self.maps.insert(key, Mapping { base, size: r.size as usize, fd: r.fd, ino });
                 self.order.push_back(key);
                 Some(base.wrapping_add(r.offset as usize))
             }
             Err(e) => {
-                log::info!(target: "SHM", "cannot map pid {pid}'s ncclMemAlloc memory ({e}); copying instead");
+                log::info!(target: "SHM", "cannot map pid {pid}'s shareable memory ({e}); copying instead");
                 self.refused.insert(key, ());
                 None
             }

@@ -172,7 +172,11 @@ pub fn share(addr: usize, len: usize, min: usize) -> std::result::Result<SharedR
     };
     let chunk_len = size_word & !FLAG_BITS;
     let chunk_end = chunk.checked_add(chunk_len).ok_or(Refused::NotMmappedChunk)?;
-    if prev_size != 0 || size_word & FLAG_BITS != IS_MMAPPED || chunk_len % page != 0 || chunk_end < addr.saturating_add(len) {
+    if prev_size != 0
+        || size_word & FLAG_BITS != IS_MMAPPED
+        || chunk_len % page != 0
+        || chunk_end < addr.saturating_add(len)
+    {
         return Err(Refused::NotMmappedChunk);
     }
     if chunk_end > vma.end {
@@ -375,7 +379,11 @@ impl Registry {
 
     fn query_unnamed(&mut self, addr: usize) -> io::Result<Option<Vma>> {
         let Some((_, fd)) = &self.maps else { return Err(io::ErrorKind::NotFound.into()) };
-        let mut q = ProcmapQuery { size: std::mem::size_of::<ProcmapQuery>() as u64, query_addr: addr as u64, ..Default::default() };
+        let mut q = ProcmapQuery {
+            size: std::mem::size_of::<ProcmapQuery>() as u64,
+            query_addr: addr as u64,
+            ..Default::default()
+        };
         // SAFETY: as in `query`, without a name buffer.
         let rc = unsafe { libc::ioctl(fd.as_raw_fd(), PROCMAP_QUERY, &mut q as *mut ProcmapQuery) };
         if rc != 0 {
@@ -526,7 +534,7 @@ mod tests {
         let first = share(ptr, BIG, MIN).expect("promoted");
         let start = ptr - HEADER_BYTES;
         drop(v); // glibc munmaps the chunk
-        // The same address as a new private mapping (when no other thread took it meanwhile).
+                 // The same address as a new private mapping (when no other thread took it meanwhile).
         let again = pattern(BIG / 8, 3);
         let ptr2 = again.as_ptr() as usize;
         assert!(locate(ptr2, BIG).is_none(), "new private memory is not the old shared range");
@@ -629,7 +637,10 @@ mod tests {
             };
             {
                 let t = vma_from_maps(&text, addr).expect("listed");
-                assert_eq!((q.start, q.read, q.write, q.shared, q.inode, q.dev), (t.start, t.read, t.write, t.shared, t.inode, t.dev));
+                assert_eq!(
+                    (q.start, q.read, q.write, q.shared, q.inode, q.dev),
+                    (t.start, t.read, t.write, t.shared, t.inode, t.dev)
+                );
                 assert_eq!(q.name.is_empty(), t.name.is_empty(), "{q:?} vs {t:?}");
             }
         }
