@@ -12,16 +12,19 @@
 //!
 //! Safety rules (each one is tested below):
 //! - Only glibc mmapped chunks are promoted: the 16-byte chunk header sits right before the
-//!   buffer, page aligned, its `prev_size` word is 0 and its size word has exactly the
-//!   `IS_MMAPPED` flag; the chunk (page-sized) covers the buffer; and the whole chunk lies in
-//!   one anonymous, private, read-write mapping (not `[heap]`, not `[stack]`), checked with
-//!   the kernel's `PROCMAP_QUERY` or, on older kernels, `/proc/self/maps`, before the header
-//!   is read; the chunk ends where that mapping ends or where another mmapped chunk's header
-//!   begins (the kernel merges neighbouring anonymous mappings), which a header-like pattern
-//!   inside user data almost never satisfies too. Such a chunk owns all of its pages: glibc writes its header page only when this
-//!   chunk is freed or reallocated, so no other allocation shares the promoted range. Anything
-//!   else (brk heap and arena chunks, stacks, other mappings, small buffers) keeps the slot or
-//!   copy path.
+//!   buffer; its mapping starts `prev_size` bytes before it, page aligned (0 for malloc, the
+//!   alignment padding for posix_memalign and aligned_alloc, where glibc leaves the mapping's
+//!   original header at its start: both headers must agree); its size word has exactly the
+//!   `IS_MMAPPED` flag; the mapping (a whole number of pages) covers the
+//!   buffer; and the whole range lies in one anonymous, private, read-write kernel mapping (not
+//!   `[heap]`, not `[stack]`), checked with the kernel's `PROCMAP_QUERY` or, on older kernels,
+//!   `/proc/self/maps`, before any header byte is read. The range must also end where that
+//!   kernel mapping ends or where another mmapped chunk begins (the kernel merges neighbouring
+//!   anonymous mappings), which a header-like pattern inside user data (an interior pointer)
+//!   almost never satisfies too. Such a chunk owns all of its pages: glibc writes its header
+//!   page only when this chunk is freed or reallocated, so no other allocation shares the
+//!   promoted range. Anything else (brk heap and arena chunks, stacks, other mappings, small
+//!   buffers) keeps the slot or copy path.
 //! - Realloc: glibc grows an mmapped chunk with `mremap(MREMAP_MAYMOVE)`, which extends the
 //!   shared mapping further into the file. The memfd is therefore sized (sparse, nothing
 //!   allocated) at [`FILE_BYTES`], the whole 47-bit user address space, so no growth can reach
@@ -156,7 +159,7 @@ pub fn share(addr: usize, len: usize, min: usize) -> std::result::Result<SharedR
     }
     let page = page_size();
     let chunk = addr.checked_sub(HEADER_BYTES).ok_or(Refused::Unaligned)?;
-    if chunk % page != 0 {
+    if chunk % HEADER_BYTES != 0 {
         return Err(Refused::Unaligned);
     }
     let mut reg = registry();
@@ -165,34 +168,35 @@ pub fn share(addr: usize, len: usize, min: usize) -> std::result::Result<SharedR
     if !(vma.read && vma.write && !vma.shared && anonymous) {
         return Err(Refused::Mapping);
     }
-    // SAFETY: chunk..chunk+16 lies in a readable mapping (checked just above; the mapping
-    // starts at or before the page-aligned chunk and ends at a page boundary after it).
-    let (prev_size, size_word) = unsafe {
-        (std::ptr::read_volatile(chunk as *const usize), std::ptr::read_volatile((chunk + 8) as *const usize))
-    };
-    let chunk_len = size_word & !FLAG_BITS;
-    let chunk_end = chunk.checked_add(chunk_len).ok_or(Refused::NotMmappedChunk)?;
-    if prev_size != 0
-        || size_word & FLAG_BITS != IS_MMAPPED
-        || chunk_len % page != 0
-        || chunk_end < addr.saturating_add(len)
-    {
+    // SAFETY: chunk..chunk+16 lies in the readable mapping checked above (16-byte aligned, so
+    // it does not cross the mapping's page-aligned end).
+    let prev_size = unsafe { std::ptr::read_volatile(chunk as *const usize) };
+    // glibc maps an mmapped chunk from `chunk - prev_size` (0 for malloc; the alignment
+    // padding for posix_memalign and aligned_alloc).
+    let base = chunk.checked_sub(prev_size).ok_or(Refused::Unaligned)?;
+    if base % page != 0 {
+        return Err(Refused::Unaligned);
+    }
+    if base < vma.start {
+        return Err(Refused::Mapping);
+    }
+    // SAFETY: base is page aligned inside the readable mapping (base >= vma.start, and
+    // base <= chunk < vma.end with vma.end page aligned).
+    let total = unsafe { mapping_at(base, page) }.ok_or(Refused::NotMmappedChunk)?;
+    // SAFETY: chunk..chunk+16 is readable (above).
+    let size_word = unsafe { std::ptr::read_volatile((chunk + 8) as *const usize) };
+    let end = base.checked_add(total).ok_or(Refused::NotMmappedChunk)?;
+    if size_word != (total - prev_size.min(total)) | IS_MMAPPED || end < addr.saturating_add(len) {
         return Err(Refused::NotMmappedChunk);
     }
-    if chunk_end > vma.end {
+    if end > vma.end {
         return Err(Refused::Mapping);
     }
     // A real mmapped chunk ends where its mapping does, or where the next one (merged into the
     // same kernel mapping) begins; bytes that merely look like a header in the middle of
     // someone's data almost never pass this too.
-    // SAFETY: chunk_end + 16 <= vma.end when chunk_end < vma.end (both page aligned), inside
-    // the readable mapping.
-    let next_is_chunk = chunk_end < vma.end
-        && unsafe {
-            std::ptr::read_volatile(chunk_end as *const usize) == 0
-                && std::ptr::read_volatile((chunk_end + 8) as *const usize) & FLAG_BITS == IS_MMAPPED
-        };
-    if chunk_end != vma.end && !next_is_chunk {
+    // SAFETY: end < vma.end, both page aligned: end..end+16 is inside the readable mapping.
+    if end != vma.end && unsafe { mapping_at(end, page) }.is_none() {
         return Err(Refused::NotMmappedChunk);
     }
     reg.sweep();
@@ -202,12 +206,26 @@ pub fn share(addr: usize, len: usize, min: usize) -> std::result::Result<SharedR
     if !file_size_allowed() {
         return Err(Refused::FileSizeLimit);
     }
-    let p = promote(chunk, chunk_len).map_err(Refused::System)?;
-    let r = SharedRef { fd: p.fd.as_raw_fd(), serial: p.serial, size: chunk_len as u64, offset: HEADER_BYTES as u64 };
-    log::info!(target: "SHM", "SHM: shared {chunk_len} bytes of malloc'd memory at {chunk:#x} with peers (FERROCCL_SHARE_HEAP)");
-    reg.ranges.insert(chunk, p);
+    let p = promote(base, total).map_err(Refused::System)?;
+    let r = SharedRef { fd: p.fd.as_raw_fd(), serial: p.serial, size: total as u64, offset: (addr - base) as u64 };
+    log::info!(target: "SHM", "SHM: shared {total} bytes of malloc'd memory at {base:#x} with peers (FERROCCL_SHARE_HEAP)");
+    reg.ranges.insert(base, p);
     HELD.store(reg.ranges.len(), Ordering::Relaxed);
     Ok(r)
+}
+
+/// The length of the glibc mmapped chunk mapping that starts at page-aligned `base`: the pair
+/// `(0, length | IS_MMAPPED)` there. That is the chunk's header for malloc; for posix_memalign
+/// and aligned_alloc glibc leaves it in place and writes the aligned chunk's header further on.
+///
+/// # Safety
+/// `base..base + 16` must be readable.
+unsafe fn mapping_at(base: usize, page: usize) -> Option<usize> {
+    // SAFETY: the caller's promise.
+    let (w0, w1) =
+        unsafe { (std::ptr::read_volatile(base as *const usize), std::ptr::read_volatile((base + 8) as *const usize)) };
+    let len = w1 & !FLAG_BITS;
+    (w0 == 0 && w1 & FLAG_BITS == IS_MMAPPED && len >= page && len % page == 0).then_some(len)
 }
 
 /// Replaces the private pages of `chunk..chunk+len` by a memfd holding the same bytes.
@@ -525,6 +543,31 @@ mod tests {
         // SAFETY: as above.
         assert_eq!(unsafe { *(q as *const u64).add(10) }, 777);
         drop(v);
+    }
+
+    #[test]
+    fn aligned_allocations_side_by_side_are_promoted_whole() {
+        // posix_memalign'd chunks (page-aligned buffers, as the benchmark's): the header sits
+        // after a page of padding minus 16 bytes; two of them usually share one kernel mapping.
+        let layout = std::alloc::Layout::from_size_align(BIG, 4096).unwrap();
+        // SAFETY: non-zero size; freed below with the same layout.
+        let (a, b) = unsafe { (std::alloc::alloc(layout) as usize, std::alloc::alloc(layout) as usize) };
+        assert!(a != 0 && b != 0 && a % 4096 == 0);
+        for (p, seed) in [(a, 11u8), (b, 12)] {
+            // SAFETY: BIG bytes at p, ours.
+            unsafe { std::ptr::write_bytes(p as *mut u8, seed, BIG) };
+        }
+        let (ra, rb) = (share(a, BIG, MIN).expect("a"), share(b, BIG, MIN).expect("b"));
+        assert_eq!((ra.offset, rb.offset), (4096, 4096), "the padding page is promoted with it");
+        for (p, seed) in [(a, 11u8), (b, 12)] {
+            // SAFETY: as above.
+            let v = unsafe { std::slice::from_raw_parts(p as *const u8, BIG) };
+            assert!(v.iter().all(|&x| x == seed));
+            assert!(vma(p).shared && vma(p - 4096).shared);
+        }
+        // SAFETY: allocated above with this layout.
+        unsafe { (std::alloc::dealloc(a as *mut u8, layout), std::alloc::dealloc(b as *mut u8, layout)) };
+        assert!(locate(a, 1).is_none() && locate(b, 1).is_none());
     }
 
     #[test]
