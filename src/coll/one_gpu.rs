@@ -389,9 +389,7 @@ fn lead(
     let n = comm.nranks;
     let waits: Vec<FlagOp> = if capturing {
         (1..n)
-            .flat_map(|r| {
-                [FlagOp::WaitEq(g.flag_addr(r, Word::Ready), 1), FlagOp::Write(g.flag_addr(r, Word::Ready), 0)]
-            })
+            .flat_map(|r| [FlagOp::WaitEq(g.flag_addr(r, Word::Ready), 1), FlagOp::Write(g.flag_addr(r, Word::Ready), 0)])
             .collect()
     } else {
         (1..n).map(|r| FlagOp::WaitGeq(g.flag_addr(r, Word::ReadySeq), seq)).collect()
