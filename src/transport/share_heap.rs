@@ -99,6 +99,9 @@ struct Promoted {
     ino: u64,
     dev: (u32, u32),
     serial: u64,
+    /// What `/proc/self/map_files/<range>` names while the range is still this memfd's mapping:
+    /// the memfd's name holds this pid and the serial, so no other file shows the same.
+    link: String,
 }
 
 #[derive(Default)]
@@ -106,8 +109,10 @@ struct Registry {
     ranges: BTreeMap<usize, Promoted>,
     /// `/proc/self/maps` opened by this pid, for PROCMAP_QUERY (reopened after a fork).
     maps: Option<(u32, OwnedFd)>,
-    /// PROCMAP_QUERY unsupported by this kernel: parse the text instead.
+    /// PROCMAP_QUERY unsupported by this kernel (before 6.11): check with map_files.
     no_query: bool,
+    /// `/proc/self/map_files` links unreadable here too: parse `/proc/self/maps` (slow).
+    no_map_files: bool,
 }
 
 /// Number of held ranges, so that [`locate`] takes no lock while nothing is promoted.
@@ -207,6 +212,11 @@ pub fn share(addr: usize, len: usize, min: usize) -> std::result::Result<SharedR
         return Err(Refused::FileSizeLimit);
     }
     let p = promote(base, total).map_err(Refused::System)?;
+    // A fresh range must pass its own check; if map_files cannot show it (kernels before
+    // 4.3 without CONFIG_CHECKPOINT_RESTORE), that check is not used.
+    if reg.no_query && !reg.no_map_files && !link_names(base, total, &p.link).unwrap_or(false) {
+        reg.no_map_files = true;
+    }
     let r = SharedRef { fd: p.fd.as_raw_fd(), serial: p.serial, size: total as u64, offset: (addr - base) as u64 };
     log::info!(target: "SHM", "SHM: shared {total} bytes of malloc'd memory at {base:#x} with peers (FERROCCL_SHARE_HEAP)");
     reg.ranges.insert(base, p);
@@ -230,7 +240,9 @@ unsafe fn mapping_at(base: usize, page: usize) -> Option<usize> {
 
 /// Replaces the private pages of `chunk..chunk+len` by a memfd holding the same bytes.
 fn promote(chunk: usize, len: usize) -> io::Result<Promoted> {
-    let fd = rustix::fs::memfd_create(c"ferroccl-heap", MemfdFlags::CLOEXEC)?;
+    let serial = peer_mem::next_serial();
+    let name = format!("ferroccl-heap-{}-{serial}", std::process::id());
+    let fd = rustix::fs::memfd_create(name.as_str(), MemfdFlags::CLOEXEC)?;
     rustix::fs::ftruncate(&fd, FILE_BYTES)?;
     // SAFETY: chunk..chunk+len is one readable mapping (checked by the caller), which only
     // this chunk's owner uses; it is read here, not kept.
@@ -266,7 +278,8 @@ fn promote(chunk: usize, len: usize) -> io::Result<Promoted> {
         fd,
         ino: st.st_ino,
         dev: (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev)),
-        serial: peer_mem::next_serial(),
+        serial,
+        link: format!("/memfd:{name} (deleted)"),
     })
 }
 
@@ -305,6 +318,17 @@ fn restore(chunk: usize, len: usize, fd: &OwnedFd) {
     }
 }
 
+/// Whether exactly one kernel mapping covers exactly `start..start+len` and maps the file
+/// whose link text is `link`; `Err` when map_files links cannot be read here.
+fn link_names(start: usize, len: usize, link: &str) -> io::Result<bool> {
+    let path = format!("/proc/self/map_files/{start:x}-{:x}", start + len);
+    match rustix::fs::readlink(path.as_str(), Vec::new()) {
+        Ok(name) => Ok(name.as_bytes() == link.as_bytes()),
+        Err(rustix::io::Errno::NOENT) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn file_size_allowed() -> bool {
     let lim = rustix::process::getrlimit(rustix::process::Resource::Fsize);
     lim.current.is_none_or(|c| c >= FILE_BYTES)
@@ -322,12 +346,28 @@ fn page_size() -> usize {
 
 impl Registry {
     /// Whether the range at `start` is still exactly one shared mapping of its memfd.
+    /// Checked on every use, so it must be cheap: PROCMAP_QUERY (one ioctl, about 1 us) where
+    /// the kernel has it, else the range's `/proc/self/map_files` link (one readlink; it
+    /// exists only for exactly one kernel mapping of exactly that range, and names the memfd),
+    /// else the text of `/proc/self/maps` (tens to hundreds of microseconds).
     fn still_promoted(&mut self, start: usize) -> bool {
         let Some(p) = self.ranges.get(&start) else { return false };
         let (len, ino, dev) = (p.len, p.ino, p.dev);
-        self.vma_at(start).is_some_and(|v| {
-            v.start == start && v.end == start + len && v.shared && v.offset == 0 && v.inode == ino && v.dev == dev
-        })
+        if !self.no_query {
+            match self.query(start) {
+                Ok(v) => return v.is_some_and(|v| v.is(start, len, ino, dev)),
+                Err(_) => self.no_query = true,
+            }
+        }
+        let Some(p) = self.ranges.get(&start) else { return false };
+        if !self.no_map_files {
+            match link_names(start, len, &p.link) {
+                Ok(same) => return same,
+                Err(_) => self.no_map_files = true,
+            }
+        }
+        vma_from_maps(&std::fs::read_to_string("/proc/self/maps").unwrap_or_default(), start)
+            .is_some_and(|v| v.is(start, len, ino, dev))
     }
 
     fn drop_range(&mut self, start: usize) {
@@ -408,6 +448,19 @@ impl Registry {
             return Err(io::Error::last_os_error());
         }
         Ok(Some(q.vma("(long name)".into())))
+    }
+}
+
+impl Vma {
+    /// Whether this is exactly the shared mapping of `start..start+len` from offset 0 of the
+    /// file (device, inode).
+    fn is(&self, start: usize, len: usize, ino: u64, dev: (u32, u32)) -> bool {
+        self.start == start
+            && self.end == start + len
+            && self.shared
+            && self.offset == 0
+            && self.inode == ino
+            && self.dev == dev
     }
 }
 
@@ -588,6 +641,36 @@ mod tests {
         let second = share(ptr2, BIG, MIN).expect("promoted");
         assert_ne!(second.serial, first.serial);
         assert!(again == pattern(BIG / 8, 3));
+    }
+
+    #[test]
+    fn every_validation_method_tells_live_from_stale() {
+        let v = pattern(BIG / 8, 9);
+        let ptr = v.as_ptr() as usize;
+        share(ptr, BIG, MIN).expect("promoted");
+        let start = ptr - HEADER_BYTES;
+        let (len, ino, dev, link) = {
+            let reg = registry();
+            let p = &reg.ranges[&start];
+            (p.len, p.ino, p.dev, p.link.clone())
+        };
+        let by_text = || {
+            let text = std::fs::read_to_string("/proc/self/maps").unwrap();
+            vma_from_maps(&text, start).is_some_and(|v| v.is(start, len, ino, dev))
+        };
+        let by_query = || registry().query(start).map(|v| v.is_some_and(|v| v.is(start, len, ino, dev)));
+        assert!(link.starts_with("/memfd:ferroccl-heap-") && link.ends_with(" (deleted)"), "{link}");
+        assert!(link_names(start, len, &link).expect("map_files readable"));
+        assert!(!link_names(start, len - 4096, &link).unwrap(), "another range has no such link");
+        assert!(by_text());
+        let queried = by_query();
+        assert!(queried.as_ref().map_or(true, |&ok| ok), "{queried:?}");
+        drop(v);
+        let again = pattern(BIG / 8, 10); // often at the same address
+        assert!(!link_names(start, len, &link).unwrap());
+        assert!(!by_text());
+        assert!(by_query().map_or(true, |ok| !ok));
+        drop(again);
     }
 
     #[test]
