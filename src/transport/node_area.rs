@@ -100,8 +100,12 @@ impl BufDesc {
     /// As [`BufDesc::of`], first sharing a large malloc'd buffer in place when `share_heap_min`
     /// is set (`FERROCCL_SHARE_HEAP`; only for peers in other processes).
     pub fn of_sharing(addr: *const u8, len: usize, share_heap_min: Option<usize>) -> BufDesc {
-        let shared = peer_mem::locate(addr as usize, len)
-            .or_else(|| share_heap_min.and_then(|min| super::share_heap::share(addr as usize, len, min).ok()));
+        let shared = peer_mem::locate(addr as usize, len).or_else(|| {
+            let min = share_heap_min?;
+            super::share_heap::share(addr as usize, len, min)
+                .inspect_err(|e| log::trace!(target: "SHM", "SHM: {len} bytes at {addr:p} not shared: {e:?}"))
+                .ok()
+        });
         BufDesc { addr: addr as u64, shared, staged: false }
     }
 

@@ -11,20 +11,21 @@
 //! it in place. Thread ranks never need this (they share the address space) and never do it.
 //!
 //! Safety rules (each one is tested below):
-//! - Only glibc mmapped chunks are promoted: the 16-byte chunk header sits right before the
-//!   buffer; its mapping starts `prev_size` bytes before it, page aligned (0 for malloc, the
-//!   alignment padding for posix_memalign and aligned_alloc, where glibc leaves the mapping's
-//!   original header at its start: both headers must agree); its size word has exactly the
-//!   `IS_MMAPPED` flag; the mapping (a whole number of pages) covers the
-//!   buffer; and the whole range lies in one anonymous, private, read-write kernel mapping (not
-//!   `[heap]`, not `[stack]`), checked with the kernel's `PROCMAP_QUERY` or, on older kernels,
-//!   `/proc/self/maps`, before any header byte is read. The range must also end where that
-//!   kernel mapping ends or where another mmapped chunk begins (the kernel merges neighbouring
-//!   anonymous mappings), which a header-like pattern inside user data (an interior pointer)
-//!   almost never satisfies too. Such a chunk owns all of its pages: glibc writes its header
-//!   page only when this chunk is freed or reallocated, so no other allocation shares the
-//!   promoted range. Anything else (brk heap and arena chunks, stacks, other mappings, small
-//!   buffers) keeps the slot or copy path.
+//! - Only glibc mmapped chunks are promoted, found by glibc's own headers and never by the
+//!   bytes before the buffer (user data may look like a header; an interior pointer has
+//!   none): the kernel mapping holding the buffer must be anonymous, private and read-write
+//!   (not `[heap]`, not `[stack]`; checked with the kernel's `PROCMAP_QUERY` or, on older
+//!   kernels, `/proc/self/maps`), and from its start, chunk after chunk (the kernel merges
+//!   neighbouring anonymous mappings), each page-aligned piece must begin with an mmapped
+//!   chunk's header, `(0, length | IS_MMAPPED)` with a whole number of pages, until the one
+//!   that holds the whole buffer. (posix_memalign and aligned_alloc chunks keep that header at
+//!   their mapping's start, glibc writing the aligned header further on.) Headers of
+//!   neighbours are read with process_vm_readv, which fails instead of faulting when another
+//!   thread frees one meanwhile, and the mapping is checked again before the promotion. Such a
+//!   chunk owns all of its pages: glibc writes its header page only when this chunk is freed or
+//!   reallocated, so no other allocation shares the promoted range. Anything else (brk heap and
+//!   arena chunks, stacks, mappings glibc did not make, small buffers) keeps the slot or copy
+//!   path.
 //! - Realloc: glibc grows an mmapped chunk with `mremap(MREMAP_MAYMOVE)`, which extends the
 //!   shared mapping further into the file. The memfd is therefore sized (sparse, nothing
 //!   allocated) at [`FILE_BYTES`], the whole 47-bit user address space, so no growth can reach
@@ -71,14 +72,14 @@ const FLAG_BITS: usize = 0x7;
 pub const FILE_BYTES: u64 = 1 << 47;
 /// Most ranges held at once (each holds a descriptor).
 pub const MAX_SHARED: usize = 64;
+/// Most chunks walked through in one kernel mapping to find a buffer's.
+const MAX_WALK: usize = 4096;
 
 /// Why a buffer was not promoted.
 #[derive(Debug)]
 pub enum Refused {
     /// Smaller than the threshold.
     Small,
-    /// No page-aligned chunk header right before the buffer.
-    Unaligned,
     /// The header's mapping is not anonymous, private and read-write (or is the brk heap or a
     /// stack), or does not hold the whole chunk.
     Mapping,
@@ -163,46 +164,44 @@ pub fn share(addr: usize, len: usize, min: usize) -> std::result::Result<SharedR
         return Ok(r);
     }
     let page = page_size();
-    let chunk = addr.checked_sub(HEADER_BYTES).ok_or(Refused::Unaligned)?;
-    if chunk % HEADER_BYTES != 0 {
-        return Err(Refused::Unaligned);
-    }
     let mut reg = registry();
-    let vma = reg.vma_at(chunk).ok_or(Refused::Mapping)?;
-    let anonymous = vma.inode == 0 && (vma.name.is_empty() || vma.name == "[anon: glibc: malloc]");
-    if !(vma.read && vma.write && !vma.shared && anonymous) {
+    let vma = reg.vma_at(addr).ok_or(Refused::Mapping)?;
+    let private_anonymous = |v: &Vma| {
+        v.read && v.write && !v.shared && v.inode == 0 && (v.name.is_empty() || v.name == "[anon: glibc: malloc]")
+    };
+    if !private_anonymous(&vma) {
         return Err(Refused::Mapping);
     }
-    // SAFETY: chunk..chunk+16 lies in the readable mapping checked above (16-byte aligned, so
-    // it does not cross the mapping's page-aligned end).
-    let prev_size = unsafe { std::ptr::read_volatile(chunk as *const usize) };
-    // glibc maps an mmapped chunk from `chunk - prev_size` (0 for malloc; the alignment
-    // padding for posix_memalign and aligned_alloc).
-    let base = chunk.checked_sub(prev_size).ok_or(Refused::Unaligned)?;
-    if base % page != 0 {
-        return Err(Refused::Unaligned);
-    }
-    if base < vma.start {
-        return Err(Refused::Mapping);
-    }
-    // SAFETY: base is page aligned inside the readable mapping (base >= vma.start, and
-    // base <= chunk < vma.end with vma.end page aligned).
-    let total = unsafe { mapping_at(base, page) }.ok_or(Refused::NotMmappedChunk)?;
-    // SAFETY: chunk..chunk+16 is readable (above).
-    let size_word = unsafe { std::ptr::read_volatile((chunk + 8) as *const usize) };
-    let end = base.checked_add(total).ok_or(Refused::NotMmappedChunk)?;
-    if size_word != (total - prev_size.min(total)) | IS_MMAPPED || end < addr.saturating_add(len) {
+    // Find the chunk by glibc's own headers, from the start of the kernel mapping (which may
+    // hold several chunks: the kernel merges neighbouring anonymous mappings) from one chunk
+    // to the next, never by bytes that merely sit before the buffer (user data can look like a
+    // header, an interior pointer has none).
+    let mut base = vma.start;
+    let mut steps = 0;
+    let total = loop {
+        let total = mapping_at(base, page).ok_or(Refused::NotMmappedChunk)?;
+        let end = base.checked_add(total).ok_or(Refused::NotMmappedChunk)?;
+        if end > vma.end {
+            return Err(Refused::Mapping);
+        }
+        if addr < end {
+            break total;
+        }
+        base = end;
+        steps += 1;
+        if steps > MAX_WALK {
+            return Err(Refused::NotMmappedChunk);
+        }
+    };
+    let end = base + total;
+    if addr < base + HEADER_BYTES || end < addr.saturating_add(len) {
         return Err(Refused::NotMmappedChunk);
     }
-    if end > vma.end {
-        return Err(Refused::Mapping);
-    }
-    // A real mmapped chunk ends where its mapping does, or where the next one (merged into the
-    // same kernel mapping) begins; bytes that merely look like a header in the middle of
-    // someone's data almost never pass this too.
-    // SAFETY: end < vma.end, both page aligned: end..end+16 is inside the readable mapping.
-    if end != vma.end && unsafe { mapping_at(end, page) }.is_none() {
-        return Err(Refused::NotMmappedChunk);
+    // Still one private anonymous mapping (a neighbour may have been freed meanwhile: that is
+    // why headers are read with process_vm_readv, which fails instead of faulting).
+    match reg.vma_at(base) {
+        Some(v) if private_anonymous(&v) && v.start <= base && end <= v.end => {}
+        _ => return Err(Refused::Mapping),
     }
     reg.sweep();
     if reg.ranges.len() >= MAX_SHARED {
@@ -227,15 +226,16 @@ pub fn share(addr: usize, len: usize, min: usize) -> std::result::Result<SharedR
 /// The length of the glibc mmapped chunk mapping that starts at page-aligned `base`: the pair
 /// `(0, length | IS_MMAPPED)` there. That is the chunk's header for malloc; for posix_memalign
 /// and aligned_alloc glibc leaves it in place and writes the aligned chunk's header further on.
-///
-/// # Safety
-/// `base..base + 16` must be readable.
-unsafe fn mapping_at(base: usize, page: usize) -> Option<usize> {
-    // SAFETY: the caller's promise.
-    let (w0, w1) =
-        unsafe { (std::ptr::read_volatile(base as *const usize), std::ptr::read_volatile((base + 8) as *const usize)) };
+/// Read with process_vm_readv: another thread may unmap a neighbour's chunk at any time.
+fn mapping_at(base: usize, page: usize) -> Option<usize> {
+    let mut pair = [0u8; 16];
+    let remote = [nix::sys::uio::RemoteIoVec { base, len: 16 }];
+    let me = nix::unistd::Pid::this();
+    let n = nix::sys::uio::process_vm_readv(me, &mut [std::io::IoSliceMut::new(&mut pair)], &remote).ok()?;
+    let word = |i: usize| usize::from_ne_bytes(pair[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+    let (w0, w1) = (word(0), word(1));
     let len = w1 & !FLAG_BITS;
-    (w0 == 0 && w1 & FLAG_BITS == IS_MMAPPED && len >= page && len % page == 0).then_some(len)
+    (n == 16 && w0 == 0 && w1 & FLAG_BITS == IS_MMAPPED && len >= page && len % page == 0).then_some(len)
 }
 
 /// Replaces the private pages of `chunk..chunk+len` by a memfd holding the same bytes.
@@ -714,16 +714,18 @@ mod tests {
         }
         .unwrap() as usize;
         assert!(matches!(share(anon + HEADER_BYTES, MIN, 1), Err(Refused::NotMmappedChunk)));
-        // Bytes that look like an mmapped chunk's header in the middle of a buffer: the fake
-        // chunk ends inside the mapping, where no chunk begins.
+        // Bytes that look like an mmapped chunk's header in the middle of a buffer (page
+        // aligned, a smaller chunk): never taken for one; the pointer is an interior pointer of
+        // the real chunk, which is promoted whole.
         let mut fake = pattern(BIG / 8, 6);
-        // Word index of the fake header: two pages past the chunk's start (page aligned).
-        let at = (8192 - HEADER_BYTES) / 8;
+        let at = (8192 - HEADER_BYTES) / 8; // two pages past the real chunk's start
         let inner = fake.as_ptr() as usize + at * 8 + HEADER_BYTES;
         fake[at] = 0;
         fake[at + 1] = (2 << 20) | IS_MMAPPED as u64;
-        assert!(matches!(share(inner, MIN, 1), Err(Refused::NotMmappedChunk)));
-        assert!(!vma(inner).shared);
+        let r = share(inner, MIN, 1).expect("the real chunk");
+        assert_eq!(r.offset as usize, inner - (fake.as_ptr() as usize - HEADER_BYTES));
+        assert!(r.size as usize >= BIG + HEADER_BYTES, "the whole real chunk, not the fake one");
+        assert_eq!(fake[at + 1], (2 << 20) | IS_MMAPPED as u64);
         // Shared memory of any kind (here an ncclMemAlloc allocation) is not anonymous.
         let p = peer_mem::alloc_shared(4 << 20).unwrap();
         assert!(share(p as usize + HEADER_BYTES, MIN, 1).is_err());
