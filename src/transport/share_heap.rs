@@ -24,8 +24,8 @@
 //!   thread frees one meanwhile, and the mapping is checked again before the promotion. Such a
 //!   chunk owns all of its pages: glibc writes its header page only when this chunk is freed or
 //!   reallocated, so no other allocation shares the promoted range. Anything else (brk heap and
-//!   arena chunks, stacks, mappings glibc did not make, small buffers) keeps the slot or copy
-//!   path.
+//!   arena chunks, stacks, mappings glibc did not make, small buffers, buffers CUDA knows
+//!   such as cudaHostRegister'd ones) keeps the slot or copy path.
 //! - Realloc: glibc grows an mmapped chunk with `mremap(MREMAP_MAYMOVE)`, which extends the
 //!   shared mapping further into the file. The memfd is therefore sized (sparse, nothing
 //!   allocated) at [`FILE_BYTES`], the whole 47-bit user address space, so no growth can reach
@@ -35,8 +35,11 @@
 //!   Were the mremap to fail, glibc falls back to malloc, copy and free.
 //! - Stale records: the user may free a promoted buffer (glibc munmaps it) and the address may
 //!   be reused by any new mapping. Every [`locate`] therefore re-checks that the range is still
-//!   exactly one shared mapping of offset 0 of that memfd (device and inode); a record that
-//!   fails is dropped and its memfd closed. At most [`MAX_SHARED`] ranges are held; each
+//!   exactly one kernel mapping of that memfd: by `PROCMAP_QUERY` (range, shared, offset 0,
+//!   device and inode; Linux 6.11+, about 1 us), else by the range's `/proc/self/map_files`
+//!   link, which exists only for exactly one mapping of exactly that range and names the memfd,
+//!   whose name holds this pid and a serial (about 4 us), else by `/proc/self/maps` (tens of
+//!   microseconds and more); a record that fails is dropped and its memfd closed. At most [`MAX_SHARED`] ranges are held; each
 //!   promotion first drops stale records, then refuses when the table is still full.
 //! - Promotion copies the chunk while holding this module's lock, so two communicators of one
 //!   process cannot promote the same chunk twice. If the fixed mapping fails, the private
@@ -49,6 +52,11 @@
 //! promoted range no longer zeroes it; the memory of a freed promoted buffer is released at the
 //! next promotion or lookup that finds its record stale (and by peers when they next map a
 //! buffer of this process, see `PeerMaps`).
+//!
+//! Not detectable here, and so the user's to avoid (README): memory that another library has
+//! registered by address keeps pointing at the old pages after a promotion (ibv_reg_mr by an
+//! MPI or UCX registration cache, mlock). The fixed mapping is a raw system call, so
+//! interposed mmap hooks (UCX's, Open MPI's memory patcher) do not see it.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -87,6 +95,9 @@ pub enum Refused {
     NotMmappedChunk,
     /// [`MAX_SHARED`] live ranges are held.
     Full,
+    /// CUDA knows the buffer (pinned with cudaHostRegister): its registration would keep
+    /// pointing at the old pages.
+    CudaRegistered,
     /// `RLIMIT_FSIZE` is below [`FILE_BYTES`].
     FileSizeLimit,
     /// A system call failed (the buffer is unchanged).
@@ -202,6 +213,9 @@ pub fn share(addr: usize, len: usize, min: usize) -> std::result::Result<SharedR
     match reg.vma_at(base) {
         Some(v) if private_anonymous(&v) && v.start <= base && end <= v.end => {}
         _ => return Err(Refused::Mapping),
+    }
+    if crate::cuda::memory::known_to_cuda(addr as *const u8) {
+        return Err(Refused::CudaRegistered);
     }
     reg.sweep();
     if reg.ranges.len() >= MAX_SHARED {
