@@ -41,6 +41,9 @@
 //!   whose name holds this pid and a serial (about 4 us), else by `/proc/self/maps` (tens of
 //!   microseconds and more); a record that fails is dropped and its memfd closed. At most [`MAX_SHARED`] ranges are held; each
 //!   promotion first drops stale records, then refuses when the table is still full.
+//! - A refused buffer (address and length) is examined again only every [`RETRY_AFTER`] calls,
+//!   so a large buffer that cannot be shared costs a hash lookup per call, not a mapping query
+//!   (a shareable buffer later allocated at the same address and length waits that long).
 //! - Promotion copies the chunk while holding this module's lock, so two communicators of one
 //!   process cannot promote the same chunk twice. If the fixed mapping fails, the private
 //!   pages are restored from the memfd copy (the process aborts only if even that fails: the
@@ -80,6 +83,8 @@ const FLAG_BITS: usize = 0x7;
 pub const FILE_BYTES: u64 = 1 << 47;
 /// Most ranges held at once (each holds a descriptor).
 pub const MAX_SHARED: usize = 64;
+/// Calls with a refused address and length before it is examined again.
+pub const RETRY_AFTER: u32 = 64;
 /// Most chunks walked through in one kernel mapping to find a buffer's.
 const MAX_WALK: usize = 4096;
 
@@ -95,6 +100,8 @@ pub enum Refused {
     NotMmappedChunk,
     /// [`MAX_SHARED`] live ranges are held.
     Full,
+    /// Refused at one of the last [`RETRY_AFTER`] calls with the same address and length.
+    Recently,
     /// CUDA knows the buffer (pinned with cudaHostRegister): its registration would keep
     /// pointing at the old pages.
     CudaRegistered,
@@ -125,6 +132,8 @@ struct Registry {
     no_query: bool,
     /// `/proc/self/map_files` links unreadable here too: parse `/proc/self/maps` (slow).
     no_map_files: bool,
+    /// Recently refused (address, length): calls left before the next examination.
+    refused: std::collections::HashMap<(usize, usize), u32>,
 }
 
 /// Number of held ranges, so that [`locate`] takes no lock while nothing is promoted.
@@ -174,8 +183,29 @@ pub fn share(addr: usize, len: usize, min: usize) -> std::result::Result<SharedR
     if let Some(r) = locate(addr, len) {
         return Ok(r);
     }
-    let page = page_size();
     let mut reg = registry();
+    // A buffer that cannot be shared is usually passed again and again: look at it again only
+    // every RETRY_AFTER calls (the examination costs a PROCMAP_QUERY, or a read of
+    // /proc/self/maps on kernels before 6.11).
+    if let Some(left) = reg.refused.get_mut(&(addr, len)) {
+        if *left > 0 {
+            *left -= 1;
+            return Err(Refused::Recently);
+        }
+        reg.refused.remove(&(addr, len));
+    }
+    let out = examine_and_promote(&mut reg, addr, len);
+    if let Err(Refused::Mapping | Refused::NotMmappedChunk | Refused::CudaRegistered) = out {
+        if reg.refused.len() >= MAX_SHARED {
+            reg.refused.clear();
+        }
+        reg.refused.insert((addr, len), RETRY_AFTER);
+    }
+    out
+}
+
+fn examine_and_promote(reg: &mut Registry, addr: usize, len: usize) -> std::result::Result<SharedRef, Refused> {
+    let page = page_size();
     let vma = reg.vma_at(addr).ok_or(Refused::Mapping)?;
     let private_anonymous = |v: &Vma| {
         v.read && v.write && !v.shared && v.inode == 0 && (v.name.is_empty() || v.name == "[anon: glibc: malloc]")
@@ -744,6 +774,25 @@ mod tests {
         let p = peer_mem::alloc_shared(4 << 20).unwrap();
         assert!(share(p as usize + HEADER_BYTES, MIN, 1).is_err());
         assert!(peer_mem::free_shared(p));
+        // SAFETY: the mapping made above.
+        unsafe { rustix::mm::munmap(anon as *mut std::ffi::c_void, len) }.unwrap();
+    }
+
+    #[test]
+    fn refused_buffers_are_examined_again_only_every_retry_after_calls() {
+        let len = 4 << 20;
+        // SAFETY: a new private mapping (no chunk header), unmapped below.
+        let anon = unsafe {
+            rustix::mm::mmap_anonymous(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::PRIVATE)
+        }
+        .unwrap() as usize;
+        let (addr, n) = (anon + 4096, 3 << 20);
+        assert!(matches!(share(addr, n, 1), Err(Refused::NotMmappedChunk)));
+        for _ in 0..RETRY_AFTER {
+            assert!(matches!(share(addr, n, 1), Err(Refused::Recently)));
+        }
+        assert!(matches!(share(addr, n, 1), Err(Refused::NotMmappedChunk)), "examined again");
+        assert!(matches!(share(addr, n, 1), Err(Refused::Recently)));
         // SAFETY: the mapping made above.
         unsafe { rustix::mm::munmap(anon as *mut std::ffi::c_void, len) }.unwrap();
     }
