@@ -56,10 +56,18 @@
 //! next promotion or lookup that finds its record stale (and by peers when they next map a
 //! buffer of this process, see `PeerMaps`).
 //!
-//! Not detectable here, and so the user's to avoid (README): memory that another library has
-//! registered by address keeps pointing at the old pages after a promotion (ibv_reg_mr by an
-//! MPI or UCX registration cache, mlock). The fixed mapping is a raw system call, so
-//! interposed mmap hooks (UCX's, Open MPI's memory patcher) do not see it.
+//! Not detectable here, and so the user's to avoid (README):
+//! - The promotion copies the whole chunk, then replaces its pages: a write made meanwhile by
+//!   another thread to any part of that allocation is lost (not only to the buffer passed: the
+//!   collective may get a piece of a larger array, whose other parts threads may be filling).
+//!   The allocation must be left alone by other threads during the call that first shares it.
+//! - Memory that another library has registered by address keeps pointing at the old pages
+//!   after a promotion (ibv_reg_mr by an MPI or UCX registration cache, mlock). The fixed
+//!   mapping is a raw system call, so interposed mmap hooks (UCX's, Open MPI's memory patcher)
+//!   do not see it.
+//! - Allocators other than glibc's malloc (jemalloc, tcmalloc, musl) do not write glibc's
+//!   headers, so their buffers are refused, unless the start of one of their mappings happens to
+//!   hold the bytes of such a header.
 
 use std::collections::BTreeMap;
 use std::io;
