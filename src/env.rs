@@ -208,6 +208,22 @@ pub static PARAMS: &[Param] = &[
          copies (process_vm_readv); unset: chosen per collective and number of ranks",
     ),
     param(
+        "FERROCCL_SHARE_HEAP",
+        Bool,
+        "0",
+        "1 lets a process rank turn a large malloc'd host buffer (a glibc mmapped chunk) into shared \
+         memory in place the first time a one-host collective uses it, so peers read and write it \
+         like ncclMemAlloc memory instead of copying it; side effects: fork() children share those \
+         pages, they count as Shmem (see README)",
+    ),
+    param(
+        "FERROCCL_SHARE_HEAP_MIN",
+        Bytes,
+        "1M",
+        "With FERROCCL_SHARE_HEAP=1, buffers of at least this many bytes are shared; smaller ones \
+         keep the slot or copy path",
+    ),
+    param(
         "FERROCCL_NODE_SLOT_SIZE",
         Bytes,
         "1M",

@@ -21,7 +21,7 @@
 use super::reduce::{Pre, Reduction};
 use crate::error::{Error, Result};
 use crate::transport::node_area::{BufDesc, Counter, NodeArea, PeerBuf, SMALL_BYTES, TINY_BYTES};
-use crate::transport::peer_mem;
+use crate::transport::{peer_mem, share_heap};
 use crate::wire::OpSig;
 
 /// Largest message (bytes) the one-shot algorithm takes at `nranks` ranks; larger ones go
@@ -383,8 +383,11 @@ impl NodeOp {
         let stage = |d: &BufDesc, len: usize| {
             len > 0 && size <= self.stage_max && d.shared.is_none() && !area.peers_share_address_space()
         };
-        let mut send = BufDesc::of(self.send, send_len);
-        let mut recv = BufDesc::of(self.recv, recv_len);
+        // Heap sharing only matters to peers in other processes. The receive buffer goes first:
+        // an in-place all-gather's send buffer lies inside it.
+        let share_heap = if area.peers_share_address_space() { None } else { share_heap::min_bytes() };
+        let mut recv = BufDesc::of_sharing(self.recv, recv_len, share_heap);
+        let mut send = BufDesc::of_sharing(self.send, send_len, share_heap);
         send.staged = stage(&send, send_len);
         recv.staged = stage(&recv, recv_len);
         self.stage_send = send.staged;

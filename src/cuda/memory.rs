@@ -74,6 +74,25 @@ pub fn classify(ptr: *const u8) -> MemKind {
     MemKind::Device { device: ordinal }
 }
 
+/// Whether CUDA knows `ptr` (device, managed or page-locked host memory, such as a buffer
+/// registered with cudaHostRegister). False when no context is current in this thread.
+pub fn known_to_cuda(ptr: *const u8) -> bool {
+    if ptr.is_null() || driver::current_context().is_none() {
+        return false;
+    }
+    let mut mem_type: u32 = 0;
+    // SAFETY: CUDA is available and a context is current; the out-pointer is a live u32,
+    // the size this attribute writes.
+    let res = unsafe {
+        sys::cuPointerGetAttribute(
+            &mut mem_type as *mut u32 as *mut std::ffi::c_void,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            ptr as sys::CUdeviceptr,
+        )
+    };
+    res == sys::CUresult::CUDA_SUCCESS
+}
+
 /// Classic allocations ncclMemAlloc made where VMM could not be used (freed by ncclMemFree).
 static CLASSIC: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
 

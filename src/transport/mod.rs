@@ -25,6 +25,7 @@ pub mod net_select;
 pub mod netif;
 pub mod node_area;
 pub mod peer_mem;
+pub mod share_heap;
 pub mod shm;
 pub mod socket;
 pub mod socket_net;

@@ -97,6 +97,18 @@ impl BufDesc {
         BufDesc { addr: addr as u64, shared: peer_mem::locate(addr as usize, len), staged: false }
     }
 
+    /// As [`BufDesc::of`], first sharing a large malloc'd buffer in place when `share_heap_min`
+    /// is set (`FERROCCL_SHARE_HEAP`; only for peers in other processes).
+    pub fn of_sharing(addr: *const u8, len: usize, share_heap_min: Option<usize>) -> BufDesc {
+        let shared = peer_mem::locate(addr as usize, len).or_else(|| {
+            let min = share_heap_min?;
+            super::share_heap::share(addr as usize, len, min)
+                .inspect_err(|e| log::trace!(target: "SHM", "SHM: {len} bytes at {addr:p} not shared: {e:?}"))
+                .ok()
+        });
+        BufDesc { addr: addr as u64, shared, staged: false }
+    }
+
     /// The shareable allocation this buffer lies in, when it holds `len` bytes from the
     /// buffer's start (a peer's record may claim anything: the range is checked here).
     pub fn shared_range(&self, len: usize) -> Option<SharedRef> {

@@ -36,16 +36,22 @@ fn allocations() -> MutexGuard<'static, BTreeMap<usize, SharedAlloc>> {
 /// Allocates `size` bytes (at least one page) of page-aligned memory that peer processes on
 /// this host can map.
 pub fn alloc_shared(size: usize) -> Result<*mut u8> {
-    static SERIAL: AtomicU64 = AtomicU64::new(1);
     let len = size.max(1).next_multiple_of(page_size());
     let fd = rustix::fs::memfd_create(c"ferroccl-mem", MemfdFlags::CLOEXEC)
         .map_err(|e| Error::system("memfd_create for ncclMemAlloc", e.into()))?;
     rustix::fs::ftruncate(&fd, len as u64)
         .map_err(|e| Error::system(format!("ncclMemAlloc of {size} bytes"), e.into()))?;
     let base = map_fd(&fd, len).map_err(|e| Error::system(format!("ncclMemAlloc of {size} bytes"), e))?;
-    let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
+    let serial = next_serial();
     allocations().insert(base as usize, SharedAlloc { fd, size: len, serial });
     Ok(base)
+}
+
+/// A number no other shareable allocation of this process has had (ncclMemAlloc or promoted
+/// heap memory): peers key their mappings by it.
+pub(super) fn next_serial() -> u64 {
+    static SERIAL: AtomicU64 = AtomicU64::new(1);
+    SERIAL.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Frees an allocation from [`alloc_shared`]; `false` when `ptr` is not one.
@@ -66,8 +72,13 @@ pub struct SharedRef {
     pub offset: u64,
 }
 
-/// The allocation holding all of `addr..addr+len`, if any.
+/// The allocation holding all of `addr..addr+len`, if any: an ncclMemAlloc one, or heap
+/// memory shared by [`super::share_heap`].
 pub fn locate(addr: usize, len: usize) -> Option<SharedRef> {
+    locate_allocation(addr, len).or_else(|| super::share_heap::locate(addr, len))
+}
+
+fn locate_allocation(addr: usize, len: usize) -> Option<SharedRef> {
     let allocs = allocations();
     let (&base, a) = allocs.range(..=addr).next_back()?;
     let end = addr.checked_add(len)?;
@@ -116,6 +127,17 @@ pub fn open_peer_fd(pid: u32, fd: i32, min_size: u64) -> io::Result<OwnedFd> {
 struct Mapping {
     base: *mut u8,
     size: usize,
+    /// The owner's descriptor number and the file's inode, to notice when the owner let go.
+    fd: i32,
+    ino: u64,
+}
+
+impl Mapping {
+    /// Whether process `pid` still holds this file open under the same descriptor (it closes
+    /// it when the memory is freed: ncclMemFree, or a shared heap buffer found freed).
+    fn owner_holds(&self, pid: u32) -> bool {
+        rustix::fs::stat(format!("/proc/{pid}/fd/{}", self.fd)).is_ok_and(|st| st.st_ino == self.ino)
+    }
 }
 
 impl Drop for Mapping {
@@ -152,21 +174,28 @@ impl PeerMaps {
         if self.refused.contains_key(&key) {
             return None;
         }
-        let mapped = open_peer_fd(pid, r.fd, r.size).and_then(|fd| map_fd(&fd, r.size as usize));
+        let mapped = open_peer_fd(pid, r.fd, r.size)
+            .and_then(|fd| Ok((rustix::fs::fstat(&fd)?.st_ino, map_fd(&fd, r.size as usize)?)));
         match mapped {
-            Ok(base) => {
+            Ok((ino, base)) => {
+                // A new allocation of this peer: drop mappings of memory it has freed since (a
+                // program that allocates and frees large buffers in a loop would otherwise keep
+                // up to MAX_PEER_MAPS of them alive here).
+                let maps = &mut self.maps;
+                maps.retain(|k, m| k.0 != pid || m.owner_holds(pid));
+                self.order.retain(|k| maps.contains_key(k));
                 if self.order.len() >= MAX_PEER_MAPS {
                     if let Some(old) = self.order.pop_front() {
                         self.maps.remove(&old);
                     }
                 }
-                log::info!(target: "SHM", "SHM: mapped {} bytes of pid {pid}'s ncclMemAlloc memory", r.size);
-                self.maps.insert(key, Mapping { base, size: r.size as usize });
+                log::info!(target: "SHM", "SHM: mapped {} bytes of pid {pid}'s shareable memory (ncclMemAlloc or FERROCCL_SHARE_HEAP)", r.size);
+                self.maps.insert(key, Mapping { base, size: r.size as usize, fd: r.fd, ino });
                 self.order.push_back(key);
                 Some(base.wrapping_add(r.offset as usize))
             }
             Err(e) => {
-                log::info!(target: "SHM", "cannot map pid {pid}'s ncclMemAlloc memory ({e}); copying instead");
+                log::info!(target: "SHM", "cannot map pid {pid}'s shareable memory ({e}); copying instead");
                 self.refused.insert(key, ());
                 None
             }
@@ -216,6 +245,25 @@ mod tests {
         assert!(free_shared(p));
         assert!(!free_shared(p), "a second free is refused");
         assert!(locate(p as usize, 1).is_none());
+    }
+
+    #[test]
+    fn mappings_of_freed_memory_are_dropped_when_the_owner_maps_a_new_one() {
+        let mut maps = PeerMaps::default();
+        let me = std::process::id();
+        let a = alloc_shared(1 << 16).unwrap();
+        let b = alloc_shared(1 << 16).unwrap();
+        let (ra, rb) = (locate(a as usize, 1).unwrap(), locate(b as usize, 1).unwrap());
+        assert!(maps.resolve(me, &ra).is_some() && maps.resolve(me, &rb).is_some());
+        assert_eq!(maps.maps.len(), 2);
+        assert!(free_shared(a)); // closes a's descriptor
+        let c = alloc_shared(1 << 16).unwrap();
+        let rc = locate(c as usize, 1).unwrap();
+        assert!(maps.resolve(me, &rc).is_some());
+        assert!(!maps.maps.contains_key(&(me, ra.serial)), "a is gone: its mapping too");
+        assert!(maps.maps.contains_key(&(me, rb.serial)), "b is still held");
+        assert_eq!(maps.order.len(), maps.maps.len());
+        assert!(free_shared(b) && free_shared(c));
     }
 
     #[test]

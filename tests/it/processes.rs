@@ -79,6 +79,10 @@ fn child_rank() {
     if scenario == "ordinary" {
         ordinary_buffers(rank, comm);
     }
+    if scenario == "shareheap" {
+        shared_heap_buffers(rank, comm);
+        ordinary_buffers(rank, comm);
+    }
     if scenario == "victim" && rank == 1 {
         println!("CHILD 1 waiting to be killed");
         std::thread::sleep(Duration::from_secs(120));
@@ -253,6 +257,67 @@ fn ordinary_buffers(rank: usize, comm: ncclComm_t) {
     println!("CHILD {rank} ordinary buffers OK");
 }
 
+/// With FERROCCL_SHARE_HEAP=1: large Vec buffers become shared memory that the peer reduces in
+/// place; they stay exact when reused, grown by realloc (no longer shared), freed and
+/// replaced by new ones at the same addresses, and as the interior send buffer of an in-place
+/// all-gather.
+fn shared_heap_buffers(rank: usize, comm: ncclComm_t) {
+    const N: usize = 2;
+    const INT32: ncclDataType_t = ncclDataType_t(2);
+    const SUM: ncclRedOp_t = ncclRedOp_t(0);
+    let s: *mut c_void = std::ptr::null_mut();
+    let value = |r: usize, i: usize, k: usize| ((i * 13 + k) % 1009) as i32 * (r as i32 + 1) - 500;
+    let expect = |i: usize, k: usize| (0..N).map(|r| value(r, i, k)).sum::<i32>();
+    let count = 1 << 19;
+    let mut send: Vec<i32> = (0..count).map(|i| value(rank, i, 0)).collect();
+    let mut recv = vec![0i32; count];
+    for k in 0..3 {
+        for (i, v) in send.iter_mut().enumerate() {
+            *v = value(rank, i, k);
+        }
+        check(ncclAllReduce(send.as_ptr().cast(), recv.as_mut_ptr().cast(), count, INT32, SUM, comm, s), "allreduce");
+        let bad = (0..count).find(|&i| recv[i] != expect(i, k));
+        assert!(bad.is_none(), "shared all-reduce {k}: element {bad:?}");
+    }
+    // Grown by realloc (glibc mremaps the shared chunk), then used again.
+    let grown = 3 * count;
+    send.extend((count..grown).map(|i| value(rank, i, 0)));
+    recv.resize(grown, 0);
+    check(ncclAllReduce(send.as_ptr().cast(), recv.as_mut_ptr().cast(), grown, INT32, SUM, comm, s), "allreduce grown");
+    // The first `count` elements still hold the last loop's values (kept by the realloc).
+    let bad = (0..grown).find(|&i| recv[i] != expect(i, if i < count { 2 } else { 0 }));
+    assert!(bad.is_none(), "grown all-reduce: element {bad:?}");
+    // Freed, and new buffers (likely at the same addresses) in place.
+    drop((send, recv));
+    for k in 3..5 {
+        let mut buf: Vec<i32> = (0..count).map(|i| value(rank, i, k)).collect();
+        let p: *mut c_void = buf.as_mut_ptr().cast();
+        check(ncclAllReduce(p, p, count, INT32, SUM, comm, s), "allreduce in place");
+        let bad = (0..count).find(|&i| buf[i] != expect(i, k));
+        assert!(bad.is_none(), "new buffer {k}: element {bad:?}");
+    }
+    // In-place all-gather: the send buffer lies inside the shared receive buffer.
+    let mut all = vec![-1i32; N * count];
+    for i in 0..count {
+        all[rank * count + i] = value(rank, i, 5);
+    }
+    let sp: *const c_void = all[rank * count..].as_ptr().cast();
+    check(ncclAllGather(sp, all.as_mut_ptr().cast(), count, INT32, comm, s), "allgather");
+    let bad = (0..N * count).find(|&i| all[i] != value(i / count, i % count, 5));
+    assert!(bad.is_none(), "all-gather: element {bad:?}");
+    // Reduce-scatter and broadcast from rank 1.
+    let input: Vec<i32> = (0..N * count).map(|i| value(rank, i, 6)).collect();
+    let mut out = vec![0i32; count];
+    check(ncclReduceScatter(input.as_ptr().cast(), out.as_mut_ptr().cast(), count, INT32, SUM, comm, s), "rs");
+    let bad = (0..count).find(|&i| out[i] != expect(rank * count + i, 6));
+    assert!(bad.is_none(), "reduce-scatter: element {bad:?}");
+    let mut buf: Vec<i32> = if rank == 1 { (0..count).map(|i| value(1, i, 7)).collect() } else { vec![0; count] };
+    let p: *mut c_void = buf.as_mut_ptr().cast();
+    check(ncclBroadcast(p, p, count, INT32, 1, comm, s), "broadcast");
+    assert!((0..count).all(|i| buf[i] == value(1, i, 7)), "broadcast");
+    println!("CHILD {rank} shared heap buffers OK");
+}
+
 fn wait_output(child: Child) -> String {
     let out = child.wait_with_output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -290,7 +355,33 @@ fn ordinary_buffers_across_processes() {
             let text = wait_output(child);
             assert!(text.contains(&format!("CHILD {r} ordinary buffers OK")), "{env:?}:\n{text}");
             assert!(text.contains("Node area: 2 ranks"), "the node area must be in use ({env:?}):\n{text}");
+            assert!(!text.contains("of malloc'd memory at"), "heap sharing is off by default ({env:?}):\n{text}");
         }
+    }
+}
+
+/// FERROCCL_SHARE_HEAP=1 (issue 15's opt-in): large Vec buffers are shared in place and
+/// mapped by the peer, and every collective stays exact, also for buffers below the threshold,
+/// reallocated, freed and reused ones. glibc's mmap threshold is pinned at 128 KiB so that
+/// every large Vec is an mmapped chunk (otherwise it moves up after each free).
+#[test]
+fn shared_heap_buffers_across_processes() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    let env = [("FERROCCL_SHARE_HEAP", "1"), ("FERROCCL_SHARE_HEAP_MIN", "256K"), ("MALLOC_MMAP_THRESHOLD_", "131072")];
+    let id = unique_id();
+    let children: Vec<Child> = (0..2).map(|r| spawn(r, "shareheap", &id, &env)).collect();
+    for (r, child) in children.into_iter().enumerate() {
+        let text = wait_output(child);
+        assert!(text.contains(&format!("CHILD {r} shared heap buffers OK")), "{text}");
+        assert!(text.contains(&format!("CHILD {r} ordinary buffers OK")), "{text}");
+        assert!(
+            text.contains("malloc'd memory at") && text.contains("(FERROCCL_SHARE_HEAP)"),
+            "nothing shared:\n{text}"
+        );
+        assert!(text.contains("SHM: mapped"), "the peer's shared heap buffers must be mapped:\n{text}");
+        assert!(text.contains("is gone (freed or reallocated)"), "freed buffers must be noticed:\n{text}");
     }
 }
 
