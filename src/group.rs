@@ -52,7 +52,7 @@ struct GroupState {
 }
 
 thread_local! {
-    static GROUP: RefCell<GroupState> = RefCell::new(GroupState::default());
+    static GROUP: RefCell<GroupState> = const { RefCell::new(GroupState { depth: 0, ops: Vec::new(), inits: Vec::new() }) };
 }
 
 pub fn start() {

@@ -63,7 +63,8 @@ const LIVENESS_PERIOD: std::time::Duration = std::time::Duration::from_millis(10
 
 /// A per-rank sequence counter. Each holds the number of the last node operation for which
 /// the rank reached that point; operations are numbered from 1 in call order, which is the
-/// same on every rank.
+/// same on every rank. Invariant the waits rely on: a rank marks Left for an operation (every
+/// round of it) before it starts the next one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Counter {
     /// Input published (small slot filled, or descriptor written).
@@ -480,6 +481,11 @@ impl NodeArea {
             self.current.1.check(OpSig(theirs as u32), self.rank, r)?;
             *ready += 1;
         }
+        // A rank starts an operation only once it has marked Left for every earlier one, so
+        // every rank has left seq - 1: the next operation's slot wait need not read the Left
+        // lines (a miss per peer). The Acquire loads above order this after their reads.
+        let left = &mut self.floor[Counter::Left as usize];
+        *left = (*left).max(seq.saturating_sub(1));
         self.idle = 0;
         self.checked = None;
         Ok(true)
