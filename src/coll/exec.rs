@@ -117,6 +117,10 @@ pub fn execute(comms: &mut [CommWork<'_>]) -> Result<()> {
 pub fn execute_node(rank: usize, links: &mut Links, op: &mut super::node::NodeOp) -> Result<()> {
     let spin_rounds =
         if links.local_ranks() > crate::topo::usable_cores() { SPIN_ROUNDS_OVERSUBSCRIBED } else { SPIN_ROUNDS };
+    if op.algo() == super::node::NodeAlgo::OneShot {
+        // Folds straight from the slots: no scratch.
+        return drive_node(rank, links, op, &mut Vec::new(), spin_rounds);
+    }
     let mut scratch = NODE_SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
     let result = drive_node(rank, links, op, &mut scratch, spin_rounds);
     if scratch.capacity() * 8 <= MAX_KEPT_BYTES {
