@@ -141,6 +141,14 @@ enum Phase {
     Done,
 }
 
+/// A round of a direct all-reduce that this rank has finished but not yet left behind.
+#[derive(Clone, Copy, Debug)]
+struct Drain {
+    seq: u64,
+    off: usize,
+    len: usize,
+}
+
 /// The collectives that run through the node area.
 #[derive(Clone, Copy, Debug)]
 pub enum NodeColl {
@@ -175,6 +183,8 @@ pub struct NodeOp {
     /// Direct and pull: offset of the current round's piece, and the rounds' piece size.
     off: usize,
     piece: usize,
+    /// Direct all-reduce: the round whose result waits for every rank to leave it.
+    draining: Option<Drain>,
     /// The call's signature, announced in the area and compared with the peers'.
     sig: OpSig,
 }
@@ -199,6 +209,7 @@ impl NodeOp {
             stage_recv: false,
             off: 0,
             piece: bytes,
+            draining: None,
             sig,
         }
     }
@@ -233,6 +244,13 @@ impl NodeOp {
         };
         let tiny = self.algo == NodeAlgo::OneShot && in_len <= TINY_BYTES;
         let behind = if tiny { area.behind_tiny(self.seq) } else { area.behind(Counter::Arrived, self.seq) };
+        // A direct all-reduce first waits for the previous round's stragglers.
+        if let (Some(d), Phase::WaitArrived | Phase::WaitLeft) = (self.draining, self.phase) {
+            let late = area.behind(Counter::Reduced, d.seq);
+            if !late.is_empty() {
+                return late;
+            }
+        }
         match self.phase {
             Phase::Start | Phase::Done => Vec::new(),
             Phase::WaitSlot => area.behind(Counter::Left, self.seq.saturating_sub(2)),
@@ -443,14 +461,26 @@ impl NodeOp {
                 NodeColl::ReduceScatter(_) => area.nranks(),
                 _ => 1,
             };
+            // An all-reduce's own slice is read from the send buffer by this rank alone: it
+            // stays out, and the slot keeps that place for the slice's result.
+            let skip = match self.coll {
+                NodeColl::AllReduce(red) => slice_of(len, red.dtype.size(), area.rank(), area.nranks()),
+                _ => (0, 0),
+            };
             for q in 0..blocks {
-                // SAFETY: our own slot (slot_bytes >= blocks * piece >= (q + 1) * len), free
-                // (above) and read by no rank until we mark Arrived; the send buffer holds
-                // blocks * bytes bytes, of which this reads block q's [off, off + len); it is
-                // not shared memory, so it cannot overlap the slot.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(self.send.add(q * self.bytes + self.off), slot.add(q * len), len)
-                };
+                for (from, to) in [(0, skip.0), (skip.1, len)] {
+                    // SAFETY: our own slot (slot_bytes >= blocks * piece >= (q + 1) * len),
+                    // free (above) and read by no rank until we mark Arrived; the send buffer
+                    // holds blocks * bytes bytes, of which this reads block q's [off, off +
+                    // len); it is not shared memory, so it cannot overlap the slot.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            self.send.add(q * self.bytes + self.off + from),
+                            slot.add(q * len + from),
+                            to.saturating_sub(from),
+                        )
+                    };
+                }
             }
         }
         area.mark(Counter::Arrived, self.seq);
@@ -480,8 +510,14 @@ impl NodeOp {
         }
     }
 
+    /// A round: every rank announces its piece (copying it into its slot when staged),
+    /// reduces its slice of it, writes the result straight into every output it can reach
+    /// and once into its own slot for the ranks whose receive buffer it cannot, and marks
+    /// Reduced; those ranks then copy each rank's slice of the result out of its slot, and
+    /// every rank marks Left. Rounds overlap: the next round's copy in comes before this
+    /// round's copy out, so it hides the wait for this round's stragglers. Round k + 2
+    /// reuses round k's slots, which every rank has left by the time it announces round k + 1.
     fn direct(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>, red: Reduction) -> Result<()> {
-        let me = area.rank();
         if self.phase == Phase::Done {
             return Ok(());
         }
@@ -493,35 +529,62 @@ impl NodeOp {
                 return Ok(());
             }
             if self.phase == Phase::WaitArrived {
-                if !self.all_arrived(area)? {
+                // The previous round first: our Left for it must precede the round after this.
+                if !self.drain(area, red)? || !self.all_arrived(area)? {
                     return Ok(());
                 }
                 self.reduce_round(area, scratch, red)?;
                 // Non-temporal stores are not ordered by the Release below: fence them first.
                 store_fence();
-                area.mark(Counter::Left, self.seq);
+                area.mark(Counter::Reduced, self.seq);
+                let len = self.piece.min(self.bytes - self.off);
+                self.draining = Some(Drain { seq: self.seq, off: self.off, len });
+                if !self.stage_recv {
+                    // Nothing to copy out: done with the peers' memory already.
+                    area.mark(Counter::Left, self.seq);
+                }
+                self.off += len;
+                if self.off < self.bytes {
+                    self.start(area);
+                    self.phase = Phase::WaitSlot;
+                    continue;
+                }
                 self.phase = Phase::WaitLeft;
             }
-            // Others still write into our receive buffer (or slot) and read our send buffer
-            // (or slot) until then.
-            if !area.all_reached(Counter::Left, self.seq)? {
-                return Ok(());
-            }
-            let len = self.piece.min(self.bytes - self.off);
-            if self.stage_recv {
-                // SAFETY: our slot holds this round's result (every rank wrote its slice and
-                // marked Left); the receive buffer holds `bytes` >= off + len bytes and is
-                // private memory, so it cannot overlap the slot.
-                unsafe { std::ptr::copy_nonoverlapping(area.slot(me, self.seq), self.recv.add(self.off), len) };
-            }
-            self.off += len;
-            if self.off >= self.bytes {
+            // Peers write our receive buffer (or read our send buffer, slot and descriptor)
+            // until every rank has left the last round.
+            if self.drain(area, red)? && area.all_reached(Counter::Left, self.seq)? {
                 self.phase = Phase::Done;
-                return Ok(());
             }
-            self.start(area);
-            self.phase = Phase::WaitSlot;
+            return Ok(());
         }
+    }
+
+    /// Finishes the round in `draining` once every rank has written its slice of it: copies
+    /// the other ranks' slices out of their slots when our receive buffer is staged, and
+    /// marks Left. `true` when no round is left to drain.
+    fn drain(&mut self, area: &mut NodeArea, red: Reduction) -> Result<bool> {
+        let Some(d) = self.draining else { return Ok(true) };
+        if !area.all_reached(Counter::Reduced, d.seq)? {
+            return Ok(false);
+        }
+        if self.stage_recv {
+            let (me, n) = (area.rank(), area.nranks());
+            for k in 1..n {
+                let r = (me + k) % n;
+                let (lo, hi) = slice_of(d.len, red.dtype.size(), r, n);
+                // SAFETY: rank r's slot of round d.seq holds its slice of the result at
+                // [lo, hi) (it marked Reduced, with Release) and is not rewritten before we
+                // mark Left; the receive buffer holds `bytes` >= off + hi bytes and is
+                // private memory, so it cannot overlap the slot.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(area.slot(r, d.seq).add(lo), self.recv.add(d.off + lo), hi - lo)
+                };
+            }
+            area.mark(Counter::Left, d.seq);
+        }
+        self.draining = None;
+        Ok(true)
     }
 
     /// One round of the direct all-reduce: this rank reduces its slice of the round's piece
@@ -529,10 +592,30 @@ impl NodeOp {
     fn reduce_round(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>, red: Reduction) -> Result<()> {
         let (me, n) = (area.rank(), area.nranks());
         let round_len = self.piece.min(self.bytes - self.off);
-        let inputs: Vec<PeerBuf> = (0..n).map(|r| self.round_buf(area, r, 0)).collect();
-        let outputs: Vec<PeerBuf> = (0..n).map(|r| self.round_buf(area, r, 1)).collect();
-        let streaming: Vec<bool> =
-            (0..n).map(|r| self.bytes >= STREAM_MIN && !area.peer_in_place(r) && !area.peer_staged(r, 1)).collect();
+        // Our own input and output are in reach whatever we publish; each staged receive
+        // buffer gets its result from our slot (at our slice's place), written once below.
+        // SAFETY (pointer arithmetic only): off < bytes, inside our buffers.
+        let own = |p: *mut u8| PeerBuf::Direct(p.wrapping_add(self.off));
+        let inputs: Vec<PeerBuf> =
+            (0..n).map(|r| if r == me { own(self.send as *mut u8) } else { self.round_buf(area, r, 0) }).collect();
+        let mut outputs: Vec<PeerBuf> = Vec::with_capacity(n + 1);
+        for r in 0..n {
+            match r {
+                _ if r == me => outputs.push(own(self.recv)),
+                _ if area.peer_staged(r, 1) => {}
+                _ => outputs.push(self.round_buf(area, r, 1)),
+            }
+        }
+        let to_slot = (0..n).any(|r| r != me && area.peer_staged(r, 1));
+        if to_slot {
+            outputs.push(PeerBuf::Direct(area.slot(me, self.seq)));
+        }
+        // Streaming stores for large out-of-place results bound for receive buffers.
+        let streaming: Vec<bool> = (0..n)
+            .filter(|&r| r == me || !area.peer_staged(r, 1))
+            .map(|r| self.bytes >= STREAM_MIN && !area.peer_in_place(r))
+            .chain(to_slot.then_some(false))
+            .collect();
         // Each input is scaled by its own rank's PreMulSum scalar.
         let reductions: Vec<Reduction> =
             (0..n).map(|r| Reduction { pre: area.peer_pre_scalar(r).map_or(Pre::None, Pre::Mul), ..red }).collect();
@@ -568,16 +651,18 @@ impl NodeOp {
             // of it before this rank does below.
             unsafe { fold_inputs(&inputs, &reductions, first, off, acc, staged_all)? };
             red.finalize(acc)?;
-            // Write the result into every rank's output, starting with the next rank so
-            // that not every rank writes to rank 0 first.
-            for k in 0..n {
-                let r = (me + k) % n;
-                match outputs[r] {
-                    // SAFETY: slice [lo, hi) of every output (receive buffer or slot) is written
-                    // by this rank only, and read by nobody until all ranks mark Left. In place
-                    // (or a staged rank's slot), it is also rank r's input for this slice,
-                    // which only this rank reads, and it already did (for this piece) above.
-                    PeerBuf::Direct(p) => unsafe { copy_out(acc, p.add(off), streaming[r]) },
+            // Write the result into every output, starting with the next one so that not
+            // every rank writes to rank 0 first.
+            let m = outputs.len();
+            for k in 0..m {
+                let i = (me + k) % m;
+                match outputs[i] {
+                    // SAFETY: slice [lo, hi) of every output (receive buffer, or our slot) is
+                    // written by this rank only, and read by nobody until we mark Reduced. In
+                    // place, it is also rank r's input for this slice, which only this rank
+                    // reads, and it already did (for this piece) above; our slot's [lo, hi)
+                    // holds no input (enter_round leaves our own slice out).
+                    PeerBuf::Direct(p) => unsafe { copy_out(acc, p.add(off), streaming[i]) },
                     PeerBuf::Remote { pid, addr } => write_remote(pid, addr + off as u64, acc)?,
                 }
             }
