@@ -20,7 +20,7 @@
 
 use super::reduce::{Pre, Reduction};
 use crate::error::{Error, Result};
-use crate::transport::node_area::{BufDesc, Counter, NodeArea, PeerBuf, SMALL_BYTES, TINY_BYTES};
+use crate::transport::node_area::{BufDesc, Counter, NodeArea, PeerBuf, SMALL_BYTES, TINY_BYTES, TINY_DEPTH};
 use crate::transport::peer_mem;
 use crate::wire::OpSig;
 
@@ -253,7 +253,7 @@ impl NodeOp {
         }
         match self.phase {
             Phase::Start | Phase::Done => Vec::new(),
-            Phase::WaitSlot => area.behind(Counter::Left, self.seq.saturating_sub(2)),
+            Phase::WaitSlot => area.behind(Counter::Left, self.seq.saturating_sub(reuse_distance(tiny))),
             Phase::WaitArrived => match self.coll {
                 NodeColl::Broadcast { root } => behind.into_iter().filter(|&r| r == root).collect(),
                 _ => behind,
@@ -310,9 +310,8 @@ impl NodeOp {
             self.phase = if posts { Phase::WaitSlot } else { Phase::WaitArrived };
         }
         if self.phase == Phase::WaitSlot {
-            // The slot of this parity last held operation seq - 2: every rank must be done
-            // reading it.
-            if !area.all_reached(Counter::Left, self.seq.saturating_sub(2))? {
+            // The slot last held operation seq - reuse: every rank must be done reading it.
+            if !area.all_reached(Counter::Left, self.seq.saturating_sub(reuse_distance(tiny)))? {
                 return Ok(());
             }
             // Our own input enters scaled by our own PreMulSum scalar (ranks' scalars differ).
@@ -943,6 +942,16 @@ fn store_fence() {
     unsafe {
         std::arch::x86_64::_mm_sfence()
     };
+}
+
+/// Operations between two uses of a slot: tiny slots go round [`TINY_DEPTH`] lines, data
+/// slots alternate by parity.
+fn reuse_distance(tiny: bool) -> u64 {
+    if tiny {
+        TINY_DEPTH
+    } else {
+        2
+    }
 }
 
 /// Byte range of `rank`'s slice of a `bytes`-byte message: whole elements, in 64-byte

@@ -26,15 +26,20 @@ use crate::wire::OpSig;
 
 const AREA_MAGIC: u64 = 0x4665_7272_6f4e_6f64;
 const HEADER_BYTES: usize = 4096;
-/// Per-rank control block: three counters on their own cache lines, the descriptor, then two
-/// tiny slots (one cache line each).
-const CTRL_BYTES: usize = 512;
+/// Per-rank control block: three counters on their own cache lines, the descriptor, then
+/// [`TINY_DEPTH`] tiny slots (one cache line each).
+const CTRL_BYTES: usize = 1024;
 /// Offset of the first tiny slot in a control block: a sequence word, then the data.
 const TINY_OFFSET: usize = 384;
 /// Largest input a tiny slot holds: its cache line after the sequence word and before the
 /// signature word, so that one line transfer brings a peer the news that its input is ready,
 /// the input, and what call it belongs to.
 pub const TINY_BYTES: usize = 48;
+/// Tiny slots per rank, used in turn: operation seq reuses the line of seq - TINY_DEPTH. More
+/// than two let a rank that only posts (a broadcast's root) run that many operations ahead,
+/// so that ranks sharing a core wait for each other once per several operations instead of
+/// every other one.
+pub const TINY_DEPTH: u64 = 8;
 /// Offset of the signature word in a tiny slot's line.
 const TINY_SIG: usize = 56;
 /// Offset, in the Arrived counter's line, of the two announcement words (by parity of the
@@ -84,7 +89,8 @@ pub const DESC_WORDS: usize = 12;
 /// Offset of the descriptor in a control block, after the counters' lines.
 const DESC_OFFSET: usize = 192;
 
-const _: () = assert!(DESC_OFFSET + DESC_WORDS * 8 <= TINY_OFFSET && TINY_OFFSET + 2 * 64 <= CTRL_BYTES);
+const _: () =
+    assert!(DESC_OFFSET + DESC_WORDS * 8 <= TINY_OFFSET && TINY_OFFSET + TINY_DEPTH as usize * 64 <= CTRL_BYTES);
 // The counters' lines (Counter as usize * 64) come before the descriptor.
 const _: () = assert!((Counter::Reduced as usize + 1) * 64 <= DESC_OFFSET);
 const _: () = assert!(TINY_OFFSET % 64 == 0 && CTRL_BYTES % 64 == 0 && HEADER_BYTES % 64 == 0);
@@ -409,14 +415,14 @@ impl NodeArea {
         Ok(false)
     }
 
-    /// This rank's tiny slot for operation `seq` (by parity): where its input goes before
+    /// This rank's tiny slot for operation `seq` (one of [`TINY_DEPTH`]): where its input goes before
     /// [`NodeArea::post_tiny`].
     pub fn tiny_data(&self, rank: usize, seq: u64) -> *mut u8 {
         self.tiny_seq(rank, seq).as_ptr().wrapping_add(1) as *mut u8
     }
 
     fn tiny_seq(&self, rank: usize, seq: u64) -> &AtomicU64 {
-        self.ctrl_word(rank, TINY_OFFSET + (seq & 1) as usize * 64)
+        self.ctrl_word(rank, TINY_OFFSET + (seq % TINY_DEPTH) as usize * 64)
     }
 
     /// Announces that this rank's tiny slot holds its input for operation `seq` (with the
@@ -459,7 +465,7 @@ impl NodeArea {
         Ok(())
     }
 
-    /// The signature word in `rank`'s tiny slot line for operation `seq` (by parity).
+    /// The signature word in `rank`'s tiny slot line for operation `seq` (one of TINY_DEPTH).
     fn tiny_sig(&self, rank: usize, seq: u64) -> &AtomicU64 {
         let line = self.tiny_seq(rank, seq).as_ptr() as *const u8;
         // SAFETY: inside rank's tiny line (TINY_SIG + 8 <= 64), 8-aligned, only accessed
@@ -525,8 +531,8 @@ impl NodeArea {
             for c in [Counter::Arrived, Counter::Left, Counter::Reduced] {
                 sum = sum.wrapping_add(self.counter(r, c).load(Ordering::Relaxed));
             }
-            for parity in 0..2 {
-                sum = sum.wrapping_add(self.tiny_seq(r, parity).load(Ordering::Relaxed));
+            for line in 0..TINY_DEPTH {
+                sum = sum.wrapping_add(self.tiny_seq(r, line).load(Ordering::Relaxed));
             }
         }
         sum
