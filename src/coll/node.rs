@@ -20,7 +20,9 @@
 
 use super::reduce::{Pre, Reduction};
 use crate::error::{Error, Result};
-use crate::transport::node_area::{BufDesc, Counter, NodeArea, PeerBuf, SMALL_BYTES, TINY_BYTES, TINY_DEPTH};
+use crate::transport::node_area::{
+    BufDesc, Counter, NodeArea, PeerBuf, RING_BYTES, SMALL_BYTES, TINY_BYTES, TINY_DEPTH,
+};
 use crate::transport::peer_mem;
 use crate::wire::OpSig;
 
@@ -243,6 +245,7 @@ impl NodeOp {
             _ => self.bytes,
         };
         let tiny = self.algo == NodeAlgo::OneShot && in_len <= TINY_BYTES;
+        let ringed = self.algo == NodeAlgo::OneShot && in_len <= RING_BYTES;
         let behind = if tiny { area.behind_tiny(self.seq) } else { area.behind(Counter::Arrived, self.seq) };
         // A direct all-reduce first waits for the previous round's stragglers.
         if let (Some(d), Phase::WaitArrived | Phase::WaitLeft) = (self.draining, self.phase) {
@@ -253,7 +256,7 @@ impl NodeOp {
         }
         match self.phase {
             Phase::Start | Phase::Done => Vec::new(),
-            Phase::WaitSlot => area.behind(Counter::Left, self.seq.saturating_sub(reuse_distance(tiny))),
+            Phase::WaitSlot => area.behind(Counter::Left, self.seq.saturating_sub(reuse_distance(ringed))),
             Phase::WaitArrived => match self.coll {
                 NodeColl::Broadcast { root } => behind.into_iter().filter(|&r| r == root).collect(),
                 _ => behind,
@@ -290,9 +293,12 @@ impl NodeOp {
         };
         let posts = root.is_none_or(|r| r == me);
         let tiny = in_len <= TINY_BYTES;
+        let ring = !tiny && in_len <= RING_BYTES;
         let slot_of = |area: &NodeArea, r: usize, seq: u64| {
             if tiny {
                 area.tiny_data(r, seq)
+            } else if ring {
+                area.ring_slot(r, seq)
             } else {
                 area.slot(r, seq)
             }
@@ -311,12 +317,12 @@ impl NodeOp {
         }
         if self.phase == Phase::WaitSlot {
             // The slot last held operation seq - reuse: every rank must be done reading it.
-            if !area.all_reached(Counter::Left, self.seq.saturating_sub(reuse_distance(tiny)))? {
+            if !area.all_reached(Counter::Left, self.seq.saturating_sub(reuse_distance(tiny || ring)))? {
                 return Ok(());
             }
             // Our own input enters scaled by our own PreMulSum scalar (ranks' scalars differ).
-            // SAFETY: our own slot, of TINY_BYTES (tiny) or at least SMALL_BYTES >= in_len
-            // (for_size), which no rank reads until we post it; the send buffer is the
+            // SAFETY: our own slot, of TINY_BYTES (tiny), RING_BYTES (ring) or at least
+            // SMALL_BYTES >= in_len (for_size), which no rank reads until we post it; the send buffer is the
             // caller's, valid for `in_len`, and cannot overlap the shared slot.
             let (slot, input) = unsafe {
                 (
@@ -348,6 +354,9 @@ impl NodeOp {
             };
             if !arrived {
                 return Ok(());
+            }
+            if root.is_none() {
+                area.all_started(self.seq);
             }
             let out_len = match self.coll {
                 NodeColl::AllGather => n * self.bytes,
@@ -944,10 +953,10 @@ fn store_fence() {
     };
 }
 
-/// Operations between two uses of a slot: tiny slots go round [`TINY_DEPTH`] lines, data
-/// slots alternate by parity.
-fn reuse_distance(tiny: bool) -> u64 {
-    if tiny {
+/// Operations between two uses of a slot: tiny and ring slots go round [`TINY_DEPTH`] each,
+/// data slots alternate by parity.
+fn reuse_distance(ringed: bool) -> u64 {
+    if ringed {
         TINY_DEPTH
     } else {
         2

@@ -40,6 +40,10 @@ pub const TINY_BYTES: usize = 48;
 /// so that ranks sharing a core wait for each other once per several operations instead of
 /// every other one.
 pub const TINY_DEPTH: u64 = 8;
+/// Bytes of each ring slot: one-shot inputs larger than a tiny slot and up to this size go
+/// round [`TINY_DEPTH`] of them per rank, as tiny ones go round the tiny slots (the two data
+/// slots would hold a broadcast's root to one operation ahead).
+pub const RING_BYTES: usize = 4096;
 /// Offset of the signature word in a tiny slot's line.
 const TINY_SIG: usize = 56;
 /// Offset, in the Arrived counter's line, of the two announcement words (by parity of the
@@ -236,7 +240,17 @@ pub(crate) fn areas_for_threads_with(nranks: usize, slot_bytes: usize, as_proces
 }
 
 fn area_bytes(nranks: usize, slot_bytes: usize) -> usize {
-    HEADER_BYTES + (nranks * CTRL_BYTES).next_multiple_of(4096) + nranks * 2 * slot_bytes
+    data_offset(nranks) + nranks * 2 * slot_bytes
+}
+
+/// Where the ring slots start: after the header and the control blocks.
+fn ring_offset(nranks: usize) -> usize {
+    HEADER_BYTES + (nranks * CTRL_BYTES).next_multiple_of(4096)
+}
+
+/// Where the data slots start: after the ring slots.
+fn data_offset(nranks: usize) -> usize {
+    ring_offset(nranks) + nranks * TINY_DEPTH as usize * RING_BYTES
 }
 
 impl NodeArea {
@@ -492,14 +506,18 @@ impl NodeArea {
             self.current.1.check(OpSig(theirs as u32), self.rank, r)?;
             *ready += 1;
         }
-        // A rank starts an operation only once it has marked Left for every earlier one, so
-        // every rank has left seq - 1: the next operation's slot wait need not read the Left
-        // lines (a miss per peer). The Acquire loads above order this after their reads.
-        let left = &mut self.floor[Counter::Left as usize];
-        *left = (*left).max(seq.saturating_sub(1));
         self.idle = 0;
         self.checked = None;
         Ok(true)
+    }
+
+    /// Records that every rank was seen (with Acquire) to have started operation `seq`, the
+    /// first of its operation: a rank starts an operation only once it has marked Left for
+    /// every earlier one, so every rank has left seq - 1, and the next slot wait need not
+    /// read the Left lines (a miss per peer).
+    pub fn all_started(&mut self, seq: u64) {
+        let left = &mut self.floor[Counter::Left as usize];
+        *left = (*left).max(seq.saturating_sub(1));
     }
 
     /// Whether `rank`'s tiny slot holds its input for operation `seq` (and that input is
@@ -631,9 +649,16 @@ impl NodeArea {
         self.slot_bytes
     }
 
+    /// A rank's ring slot for operation `seq` ([`RING_BYTES`] long, one of [`TINY_DEPTH`]).
+    pub fn ring_slot(&self, rank: usize, seq: u64) -> *mut u8 {
+        let off = ring_offset(self.nranks) + (rank * TINY_DEPTH as usize + (seq % TINY_DEPTH) as usize) * RING_BYTES;
+        debug_assert!(off + RING_BYTES <= data_offset(self.nranks));
+        self.base.wrapping_add(off)
+    }
+
     /// A rank's data slot for operations of parity `parity` ([`NodeArea::slot_bytes`] long).
     pub fn slot(&self, rank: usize, parity: u64) -> *mut u8 {
-        let data = HEADER_BYTES + (self.nranks * CTRL_BYTES).next_multiple_of(4096);
+        let data = data_offset(self.nranks);
         let off = data + (rank * 2 + (parity & 1) as usize) * self.slot_bytes;
         debug_assert!(off + self.slot_bytes <= self.len);
         self.base.wrapping_add(off)
