@@ -249,7 +249,7 @@ impl NodeOp {
         let behind = if tiny { area.behind_tiny(self.seq) } else { area.behind(Counter::Arrived, self.seq) };
         // A direct all-reduce first waits for the previous round's stragglers.
         if let (Some(d), Phase::WaitArrived | Phase::WaitLeft) = (self.draining, self.phase) {
-            let late = area.behind(Counter::Reduced, d.seq);
+            let late = area.behind(Counter::Left, d.seq);
             if !late.is_empty() {
                 return late;
             }
@@ -469,8 +469,8 @@ impl NodeOp {
                 NodeColl::ReduceScatter(_) => area.nranks(),
                 _ => 1,
             };
-            // An all-reduce's own slice is read from the send buffer by this rank alone: it
-            // stays out, and the slot keeps that place for the slice's result.
+            // An all-reduce's own slice is read from the send buffer by this rank alone, and
+            // its result written straight to the receive buffer: it stays out of the slot.
             let skip = match self.coll {
                 NodeColl::AllReduce(red) => slice_of(len, red.dtype.size(), area.rank(), area.nranks()),
                 _ => (0, 0),
@@ -518,13 +518,14 @@ impl NodeOp {
         }
     }
 
-    /// A round: every rank announces its piece (copying it into its slot when staged),
-    /// reduces its slice of it, writes the result straight into every output it can reach
-    /// and once into its own slot for the ranks whose receive buffer it cannot, and marks
-    /// Reduced; those ranks then copy each rank's slice of the result out of its slot, and
-    /// every rank marks Left. Rounds overlap: the next round's copy in comes before this
-    /// round's copy out, so it hides the wait for this round's stragglers. Round k + 2
-    /// reuses round k's slots, which every rank has left by the time it announces round k + 1.
+    /// A round: every rank announces its piece (copying it, but for its own slice, into its
+    /// slot when staged), reduces its slice of all pieces (its own straight from its send
+    /// buffer), writes the result into its own receive buffer and into every other rank's
+    /// output (receive buffer, or slot in place of the input just read), and marks Left;
+    /// staged ranks then copy the others' slices out of their slot. Rounds overlap: the next
+    /// round's copy in comes before this round's copy out, so it hides the wait for this
+    /// round's stragglers. Round k + 2 reuses round k's slots, which no peer writes before
+    /// this rank announces round k + 2, after its copy out of round k.
     fn direct(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>, red: Reduction) -> Result<()> {
         if self.phase == Phase::Done {
             return Ok(());
@@ -537,20 +538,16 @@ impl NodeOp {
                 return Ok(());
             }
             if self.phase == Phase::WaitArrived {
-                // The previous round first: our Left for it must precede the round after this.
+                // The previous round first: its copy out must precede our next announcement.
                 if !self.drain(area, red)? || !self.all_arrived(area)? {
                     return Ok(());
                 }
                 self.reduce_round(area, scratch, red)?;
                 // Non-temporal stores are not ordered by the Release below: fence them first.
                 store_fence();
-                area.mark(Counter::Reduced, self.seq);
+                area.mark(Counter::Left, self.seq);
                 let len = self.piece.min(self.bytes - self.off);
                 self.draining = Some(Drain { seq: self.seq, off: self.off, len });
-                if !self.stage_recv {
-                    // Nothing to copy out: done with the peers' memory already.
-                    area.mark(Counter::Left, self.seq);
-                }
                 self.off += len;
                 if self.off < self.bytes {
                     self.start(area);
@@ -559,37 +556,35 @@ impl NodeOp {
                 }
                 self.phase = Phase::WaitLeft;
             }
-            // Peers write our receive buffer (or read our send buffer, slot and descriptor)
-            // until every rank has left the last round.
-            if self.drain(area, red)? && area.all_reached(Counter::Left, self.seq)? {
+            // Peers write our receive buffer or slot, and read our send buffer, slot and
+            // descriptor, until every rank has left the last round.
+            if self.drain(area, red)? {
                 self.phase = Phase::Done;
             }
             return Ok(());
         }
     }
 
-    /// Finishes the round in `draining` once every rank has written its slice of it: copies
-    /// the other ranks' slices out of their slots when our receive buffer is staged, and
-    /// marks Left. `true` when no round is left to drain.
+    /// Finishes the round in `draining` once every rank has left it: copies the others'
+    /// slices of its result out of our slot when our receive buffer is staged (our own
+    /// slice went straight to it). `true` when no round is left to drain.
     fn drain(&mut self, area: &mut NodeArea, red: Reduction) -> Result<bool> {
         let Some(d) = self.draining else { return Ok(true) };
-        if !area.all_reached(Counter::Reduced, d.seq)? {
+        if !area.all_reached(Counter::Left, d.seq)? {
             return Ok(false);
         }
         if self.stage_recv {
-            let (me, n) = (area.rank(), area.nranks());
-            for k in 1..n {
-                let r = (me + k) % n;
-                let (lo, hi) = slice_of(d.len, red.dtype.size(), r, n);
-                // SAFETY: rank r's slot of round d.seq holds its slice of the result at
-                // [lo, hi) (it marked Reduced, with Release) and is not rewritten before we
-                // mark Left; the receive buffer holds `bytes` >= off + hi bytes and is
-                // private memory, so it cannot overlap the slot.
+            let (lo, hi) = slice_of(d.len, red.dtype.size(), area.rank(), area.nranks());
+            let slot = area.slot(area.rank(), d.seq);
+            for (from, to) in [(0, lo), (hi, d.len)] {
+                // SAFETY: our slot of round d.seq holds that round's result outside our own
+                // slice (every rank wrote its slice and marked Left) and nobody writes it
+                // before we announce round d.seq + 2; the receive buffer holds `bytes` >= off
+                // + len bytes and is private memory, so it cannot overlap the slot.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(area.slot(r, d.seq).add(lo), self.recv.add(d.off + lo), hi - lo)
+                    std::ptr::copy_nonoverlapping(slot.add(from), self.recv.add(d.off + from), to.saturating_sub(from))
                 };
             }
-            area.mark(Counter::Left, d.seq);
         }
         self.draining = None;
         Ok(true)
@@ -600,29 +595,16 @@ impl NodeOp {
     fn reduce_round(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>, red: Reduction) -> Result<()> {
         let (me, n) = (area.rank(), area.nranks());
         let round_len = self.piece.min(self.bytes - self.off);
-        // Our own input and output are in reach whatever we publish; each staged receive
-        // buffer gets its result from our slot (at our slice's place), written once below.
+        // Our own input and output are in reach whatever we publish (and our own slice
+        // never enters our slot).
         // SAFETY (pointer arithmetic only): off < bytes, inside our buffers.
         let own = |p: *mut u8| PeerBuf::Direct(p.wrapping_add(self.off));
         let inputs: Vec<PeerBuf> =
             (0..n).map(|r| if r == me { own(self.send as *mut u8) } else { self.round_buf(area, r, 0) }).collect();
-        let mut outputs: Vec<PeerBuf> = Vec::with_capacity(n + 1);
-        for r in 0..n {
-            match r {
-                _ if r == me => outputs.push(own(self.recv)),
-                _ if area.peer_staged(r, 1) => {}
-                _ => outputs.push(self.round_buf(area, r, 1)),
-            }
-        }
-        let to_slot = (0..n).any(|r| r != me && area.peer_staged(r, 1));
-        if to_slot {
-            outputs.push(PeerBuf::Direct(area.slot(me, self.seq)));
-        }
-        // Streaming stores for large out-of-place results bound for receive buffers.
+        let outputs: Vec<PeerBuf> =
+            (0..n).map(|r| if r == me { own(self.recv) } else { self.round_buf(area, r, 1) }).collect();
         let streaming: Vec<bool> = (0..n)
-            .filter(|&r| r == me || !area.peer_staged(r, 1))
-            .map(|r| self.bytes >= STREAM_MIN && !area.peer_in_place(r))
-            .chain(to_slot.then_some(false))
+            .map(|r| self.bytes >= STREAM_MIN && !area.peer_in_place(r) && (r == me || !area.peer_staged(r, 1)))
             .collect();
         // Each input is scaled by its own rank's PreMulSum scalar.
         let reductions: Vec<Reduction> =
@@ -659,18 +641,16 @@ impl NodeOp {
             // of it before this rank does below.
             unsafe { fold_inputs(&inputs, &reductions, first, off, acc, staged_all)? };
             red.finalize(acc)?;
-            // Write the result into every output, starting with the next one so that not
-            // every rank writes to rank 0 first.
-            let m = outputs.len();
-            for k in 0..m {
-                let i = (me + k) % m;
-                match outputs[i] {
-                    // SAFETY: slice [lo, hi) of every output (receive buffer, or our slot) is
-                    // written by this rank only, and read by nobody until we mark Reduced. In
-                    // place, it is also rank r's input for this slice, which only this rank
-                    // reads, and it already did (for this piece) above; our slot's [lo, hi)
-                    // holds no input (enter_round leaves our own slice out).
-                    PeerBuf::Direct(p) => unsafe { copy_out(acc, p.add(off), streaming[i]) },
+            // Write the result into every rank's output, starting with the next rank so
+            // that not every rank writes to rank 0 first.
+            for k in 0..n {
+                let r = (me + k) % n;
+                match outputs[r] {
+                    // SAFETY: slice [lo, hi) of every output (receive buffer or slot) is written
+                    // by this rank only, and read by nobody until all ranks mark Left. In place
+                    // (or a staged rank's slot), it is also rank r's input for this slice,
+                    // which only this rank reads, and it already did (for this piece) above.
+                    PeerBuf::Direct(p) => unsafe { copy_out(acc, p.add(off), streaming[r]) },
                     PeerBuf::Remote { pid, addr } => write_remote(pid, addr + off as u64, acc)?,
                 }
             }

@@ -26,7 +26,7 @@ use crate::wire::OpSig;
 
 const AREA_MAGIC: u64 = 0x4665_7272_6f4e_6f64;
 const HEADER_BYTES: usize = 4096;
-/// Per-rank control block: three counters on their own cache lines, the descriptor, then
+/// Per-rank control block: two counters on their own cache lines, the descriptor, then
 /// [`TINY_DEPTH`] tiny slots (one cache line each).
 const CTRL_BYTES: usize = 1024;
 /// Offset of the first tiny slot in a control block: a sequence word, then the data.
@@ -80,9 +80,6 @@ pub enum Counter {
     Arrived = 0,
     /// Done with every peer's memory for that operation.
     Left = 1,
-    /// Direct all-reduce: this rank's slice of the round's result is written (into every
-    /// output it writes itself, and into its slot for the ranks that copy it from there).
-    Reduced = 2,
 }
 
 /// Words of the descriptor: send and receive buffer, each as address, then (fd, serial,
@@ -95,8 +92,6 @@ const DESC_OFFSET: usize = 192;
 
 const _: () =
     assert!(DESC_OFFSET + DESC_WORDS * 8 <= TINY_OFFSET && TINY_OFFSET + TINY_DEPTH as usize * 64 <= CTRL_BYTES);
-// The counters' lines (Counter as usize * 64) come before the descriptor.
-const _: () = assert!((Counter::Reduced as usize + 1) * 64 <= DESC_OFFSET);
 const _: () = assert!(TINY_OFFSET % 64 == 0 && CTRL_BYTES % 64 == 0 && HEADER_BYTES % 64 == 0);
 
 /// Where a rank's buffer is, as published for its peers.
@@ -203,7 +198,7 @@ pub struct NodeArea {
     one_process: bool,
     /// Per counter, a value every rank is known to have reached: waits up to it need not
     /// read the other ranks' counters (each read of a line a peer just wrote is a miss).
-    floor: [u64; 3],
+    floor: [u64; 2],
     /// The operation under way and its call's signature (see [`NodeArea::announce`]).
     current: (u64, OpSig),
     /// When the peers were last checked for life during the current wait.
@@ -347,7 +342,7 @@ impl NodeArea {
             idle: 0,
             slot_bytes,
             one_process: pids.iter().all(|&p| p == me),
-            floor: [0; 3],
+            floor: [0; 2],
             current: (0, OpSig::NONE),
             checked: None,
         };
@@ -546,7 +541,7 @@ impl NodeArea {
     pub fn progress_mark(&self) -> u64 {
         let mut sum = 0u64;
         for r in 0..self.nranks {
-            for c in [Counter::Arrived, Counter::Left, Counter::Reduced] {
+            for c in [Counter::Arrived, Counter::Left] {
                 sum = sum.wrapping_add(self.counter(r, c).load(Ordering::Relaxed));
             }
             for line in 0..TINY_DEPTH {
