@@ -111,6 +111,74 @@ pub fn execute(comms: &mut [CommWork<'_>]) -> Result<()> {
     result
 }
 
+/// Runs one node-level operation (a call outside a group) to completion: the loop of
+/// [`execute`] without its step queues, so a small call pays only for polling its own
+/// counters (the queue bookkeeping was a visible share of a 2-rank call's floor).
+pub fn execute_node(rank: usize, links: &mut Links, op: &mut super::node::NodeOp) -> Result<()> {
+    let spin_rounds =
+        if links.local_ranks() > crate::topo::usable_cores() { SPIN_ROUNDS_OVERSUBSCRIBED } else { SPIN_ROUNDS };
+    if op.algo() == super::node::NodeAlgo::OneShot {
+        // Folds straight from the slots: no scratch.
+        return drive_node(rank, links, op, &mut Vec::new(), spin_rounds);
+    }
+    let mut scratch = NODE_SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    let result = drive_node(rank, links, op, &mut scratch, spin_rounds);
+    if scratch.capacity() * 8 <= MAX_KEPT_BYTES {
+        NODE_SCRATCH.with(|s| *s.borrow_mut() = scratch);
+    }
+    result
+}
+
+fn drive_node(
+    rank: usize,
+    links: &mut Links,
+    op: &mut super::node::NodeOp,
+    scratch: &mut Vec<u64>,
+    spin_rounds: u32,
+) -> Result<()> {
+    let mut idle_rounds = 0u32;
+    let mut watch = Watchdog::new(crate::interrupt::progress_timeout());
+    loop {
+        let area = links.node_area().ok_or_else(|| Error::internal("node operation without a node area"))?;
+        let progressed = op.progress(area, scratch)?;
+        if op.is_done() {
+            return Ok(());
+        }
+        if progressed {
+            idle_rounds = 0;
+            watch.progressed();
+            continue;
+        }
+        idle_rounds = idle_rounds.saturating_add(1);
+        if idle_rounds < spin_rounds {
+            std::hint::spin_loop();
+            if spin_rounds == SPIN_ROUNDS_OVERSUBSCRIBED && idle_rounds % 8 == 0 {
+                std::thread::yield_now();
+            }
+            continue;
+        }
+        if links.interrupt().is_set() {
+            return Err(crate::interrupt::aborted(&format!("operation on rank {rank}")));
+        }
+        if let Some(idle) = watch.idle(|| links.progress_mark()) {
+            let mut peers = links.node().map_or_else(Vec::new, |area| op.waiting_for(area));
+            peers.retain(|&p| p != rank);
+            return Err(timeout_error(idle, &[waiting_line(rank, links.nranks(), &peers)]));
+        }
+        // Counters in shared memory: nothing to sleep on.
+        if idle_rounds > 20_000 {
+            std::thread::sleep(Duration::from_micros(50));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+thread_local! {
+    /// The scratch of [`execute_node`], kept between calls as [`Kept`] keeps the executor's.
+    static NODE_SCRATCH: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Staging buffers kept per thread between operations.
 const MAX_POOLED: usize = 16;
 /// Larger scratch or staging buffers are freed after the operation rather than kept.
@@ -211,17 +279,23 @@ fn no_progress(comms: &[CommWork<'_>], states: &[CommState], idle: Duration) -> 
         .iter()
         .zip(states)
         .filter(|(_, st)| st.remaining > 0)
-        .map(|(cw, st)| {
-            let peers = waited_peers(cw, st);
-            let list = if peers.is_empty() {
-                "no identifiable rank".to_owned()
-            } else {
-                let names: Vec<String> = peers.iter().map(usize::to_string).collect();
-                format!("rank{} {}", if peers.len() > 1 { "s" } else { "" }, names.join(", "))
-            };
-            format!("rank {} (of {}) was waiting for {list}", cw.rank, cw.links.nranks())
-        })
+        .map(|(cw, st)| waiting_line(cw.rank, cw.links.nranks(), &waited_peers(cw, st)))
         .collect();
+    timeout_error(idle, &parts)
+}
+
+/// "rank R (of N) was waiting for ranks A, B": one communicator's part of a timeout error.
+fn waiting_line(rank: usize, nranks: usize, peers: &[usize]) -> String {
+    let list = if peers.is_empty() {
+        "no identifiable rank".to_owned()
+    } else {
+        let names: Vec<String> = peers.iter().map(usize::to_string).collect();
+        format!("rank{} {}", if peers.len() > 1 { "s" } else { "" }, names.join(", "))
+    };
+    format!("rank {rank} (of {nranks}) was waiting for {list}")
+}
+
+fn timeout_error(idle: Duration, parts: &[String]) -> Error {
     Error::Timeout(format!(
         "no progress for {:.1} s (FERROCCL_TIMEOUT): {}; the communicator is unusable, destroy or abort it",
         idle.as_secs_f64(),

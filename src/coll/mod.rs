@@ -178,21 +178,52 @@ pub fn run(by_comm: &[(Arc<Comm>, Vec<OpRequest>)]) -> Result<()> {
 }
 
 /// Runs one operation outside a group: the same as [`run`] without its per-group
-/// bookkeeping, which is a visible part of a small operation's cost.
+/// bookkeeping, which is a visible part of a small operation's cost. A node operation skips
+/// the executor's step queues too.
 pub fn run_one(comm: &Arc<Comm>, req: &OpRequest) -> Result<()> {
     let tuning = tuning()?;
     let mut links = comm.links()?;
-    let works = vec![prepare(comm, req, tuning)?];
+    let layout = layout(comm, req)?;
+    if let Some(mut op) = node_op(comm, req, &layout, tuning)? {
+        // `layout` keeps a private copy of an overlapping input alive until this returns.
+        return exec::execute_node(comm.rank, &mut links, &mut op);
+    }
+    let works = vec![plan_work(comm, req, layout, tuning)?];
     exec::execute(&mut [CommWork { rank: comm.rank, links: &mut links, works }])
 }
 
 /// Turns a request into a plan over its buffers.
 fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Result<Work> {
-    let (rank, n) = (comm.rank, comm.nranks);
-    let (send_len, recv_len) = buffer_lengths(req, rank, n)?;
-    let sig = signature(req);
-    let es = req.dtype.size();
-    let block = req.count * es;
+    let layout = layout(comm, req)?;
+    match node_op(comm, req, &layout, tuning)? {
+        Some(node) => Ok(Work {
+            plan: node_plan(node.algo()),
+            bufs: layout.bufs,
+            reduction: req.reduction,
+            send_copy: layout.send_copy,
+            node: Some(node),
+            sig: layout.sig,
+        }),
+        None => plan_work(comm, req, layout, tuning),
+    }
+}
+
+/// A call's buffers as this rank uses them.
+struct Layout {
+    bufs: OpBuffers,
+    /// Private copy of an input that overlaps the output other than in NCCL's in-place
+    /// forms; `bufs.send` points into it.
+    send_copy: Option<Vec<u64>>,
+    in_place: bool,
+    /// Bytes of one rank's block (`count` elements).
+    block: usize,
+    sig: OpSig,
+}
+
+fn layout(comm: &Comm, req: &OpRequest) -> Result<Layout> {
+    let rank = comm.rank;
+    let (send_len, recv_len) = buffer_lengths(req, rank, comm.nranks)?;
+    let block = req.count * req.dtype.size();
     let send = req.send as usize;
     let recv = req.recv as usize;
     // NCCL's in-place forms.
@@ -215,6 +246,34 @@ fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Resul
         bufs.send = copy.as_ptr() as *const u8;
         send_copy = Some(copy);
     }
+    Ok(Layout { bufs, send_copy, in_place, block, sig: signature(req) })
+}
+
+/// The node-level operation for this call, if one applies.
+fn node_op(comm: &Comm, req: &OpRequest, layout: &Layout, tuning: &algo::Tuning) -> Result<Option<node::NodeOp>> {
+    let n = comm.nranks;
+    let Some(algo) = node_algorithm(comm, req, layout.block, tuning) else { return Ok(None) };
+    let coll = match req.op {
+        CollOp::AllReduce => {
+            node::NodeColl::AllReduce(req.reduction.ok_or_else(|| Error::internal("all-reduce without an operator"))?)
+        }
+        CollOp::AllGather => node::NodeColl::AllGather,
+        CollOp::Broadcast { root } => node::NodeColl::Broadcast { root },
+        CollOp::ReduceScatter => node::NodeColl::ReduceScatter(
+            req.reduction.ok_or_else(|| Error::internal("reduce-scatter without an operator"))?,
+        ),
+        _ => return Err(Error::internal(format!("no node algorithm for {}", req.op.name()))),
+    };
+    log::debug!(target: "COLL", "{} count {} datatype {} in_place {} algorithm {}", req.op.name(), req.count, req.dtype, layout.in_place, algo.name());
+    let oversubscribed = n > crate::topo::usable_cores();
+    let stage_max = tuning.node_stage_max.unwrap_or_else(|| node::default_stage_max(&coll, n, oversubscribed));
+    let bufs = &layout.bufs;
+    Ok(Some(node::NodeOp::new(coll, algo, bufs.send, bufs.recv, layout.block, layout.sig).with_stage_max(stage_max)))
+}
+
+/// A call's work through the plan executor (ring, tree, direct messages).
+fn plan_work(comm: &Comm, req: &OpRequest, layout: Layout, tuning: &'static algo::Tuning) -> Result<Work> {
+    let n = comm.nranks;
     let (kind, root) = match req.op {
         CollOp::AllReduce => (CollKind::AllReduce, 0),
         CollOp::Broadcast { root } => (CollKind::Broadcast, root),
@@ -227,39 +286,23 @@ fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Resul
         CollOp::Send { peer } => (CollKind::Send, peer),
         CollOp::Recv { peer } => (CollKind::Recv, peer),
     };
+    let in_place = layout.in_place;
     let args = algo::CollArgs {
         kind,
-        bytes: block,
+        bytes: layout.block,
         root,
         in_place,
-        elem_size: es,
+        elem_size: req.dtype.size(),
         has_pre: req.reduction.is_some_and(|r| r.has_pre()),
         has_post: req.reduction.is_some_and(|r| r.has_post()),
     };
-    if let Some(algo) = node_algorithm(comm, req, block, tuning) {
-        let coll = match req.op {
-            CollOp::AllReduce => node::NodeColl::AllReduce(
-                req.reduction.ok_or_else(|| Error::internal("all-reduce without an operator"))?,
-            ),
-            CollOp::AllGather => node::NodeColl::AllGather,
-            CollOp::Broadcast { root } => node::NodeColl::Broadcast { root },
-            CollOp::ReduceScatter => node::NodeColl::ReduceScatter(
-                req.reduction.ok_or_else(|| Error::internal("reduce-scatter without an operator"))?,
-            ),
-            _ => return Err(Error::internal(format!("no node algorithm for {}", req.op.name()))),
-        };
-        log::debug!(target: "COLL", "{} count {} datatype {} in_place {in_place} algorithm {}", req.op.name(), req.count, req.dtype, algo.name());
-        let oversubscribed = n > crate::topo::usable_cores();
-        let stage_max = tuning.node_stage_max.unwrap_or_else(|| node::default_stage_max(&coll, n, oversubscribed));
-        let node = node::NodeOp::new(coll, algo, bufs.send, bufs.recv, block, sig).with_stage_max(stage_max);
-        return Ok(Work { plan: node_plan(algo), bufs, reduction: req.reduction, send_copy, node: Some(node), sig });
-    }
     let choice = algo::choose(kind, args.total_bytes(n), n, tuning.tree_threshold, &tuning.selection);
     if let Some(reason) = &choice.fallback_reason {
         log::info!(target: "TUNING", "{}: {reason}", req.op.name());
     }
     let plan = plan_cache::cached_plan(comm, &args, choice.algorithm, tuning.chunk_bytes)?;
     log::debug!(target: "COLL", "{} count {} datatype {} in_place {in_place} algorithm {} steps {}", req.op.name(), req.count, req.dtype, plan.algorithm, plan.steps.len());
+    let Layout { bufs, send_copy, sig, .. } = layout;
     Ok(Work { plan, bufs, reduction: req.reduction, send_copy, node: None, sig })
 }
 

@@ -20,7 +20,9 @@
 
 use super::reduce::{Pre, Reduction};
 use crate::error::{Error, Result};
-use crate::transport::node_area::{BufDesc, Counter, NodeArea, PeerBuf, SMALL_BYTES, TINY_BYTES};
+use crate::transport::node_area::{
+    BufDesc, Counter, NodeArea, PeerBuf, RING_BYTES, SMALL_BYTES, TINY_BYTES, TINY_DEPTH,
+};
 use crate::transport::{peer_mem, share_heap};
 use crate::wire::OpSig;
 
@@ -141,6 +143,14 @@ enum Phase {
     Done,
 }
 
+/// A round of a direct all-reduce that this rank has finished but not yet left behind.
+#[derive(Clone, Copy, Debug)]
+struct Drain {
+    seq: u64,
+    off: usize,
+    len: usize,
+}
+
 /// The collectives that run through the node area.
 #[derive(Clone, Copy, Debug)]
 pub enum NodeColl {
@@ -175,6 +185,8 @@ pub struct NodeOp {
     /// Direct and pull: offset of the current round's piece, and the rounds' piece size.
     off: usize,
     piece: usize,
+    /// Direct all-reduce: the round whose result waits for every rank to leave it.
+    draining: Option<Drain>,
     /// The call's signature, announced in the area and compared with the peers'.
     sig: OpSig,
 }
@@ -199,6 +211,7 @@ impl NodeOp {
             stage_recv: false,
             off: 0,
             piece: bytes,
+            draining: None,
             sig,
         }
     }
@@ -232,10 +245,18 @@ impl NodeOp {
             _ => self.bytes,
         };
         let tiny = self.algo == NodeAlgo::OneShot && in_len <= TINY_BYTES;
+        let ringed = self.algo == NodeAlgo::OneShot && in_len <= RING_BYTES;
         let behind = if tiny { area.behind_tiny(self.seq) } else { area.behind(Counter::Arrived, self.seq) };
+        // A direct all-reduce first waits for the previous round's stragglers.
+        if let (Some(d), Phase::WaitArrived | Phase::WaitLeft) = (self.draining, self.phase) {
+            let late = area.behind(Counter::Left, d.seq);
+            if !late.is_empty() {
+                return late;
+            }
+        }
         match self.phase {
             Phase::Start | Phase::Done => Vec::new(),
-            Phase::WaitSlot => area.behind(Counter::Left, self.seq.saturating_sub(2)),
+            Phase::WaitSlot => area.behind(Counter::Left, self.seq.saturating_sub(reuse_distance(ringed))),
             Phase::WaitArrived => match self.coll {
                 NodeColl::Broadcast { root } => behind.into_iter().filter(|&r| r == root).collect(),
                 _ => behind,
@@ -272,9 +293,12 @@ impl NodeOp {
         };
         let posts = root.is_none_or(|r| r == me);
         let tiny = in_len <= TINY_BYTES;
+        let ring = !tiny && in_len <= RING_BYTES;
         let slot_of = |area: &NodeArea, r: usize, seq: u64| {
             if tiny {
                 area.tiny_data(r, seq)
+            } else if ring {
+                area.ring_slot(r, seq)
             } else {
                 area.slot(r, seq)
             }
@@ -292,14 +316,13 @@ impl NodeOp {
             self.phase = if posts { Phase::WaitSlot } else { Phase::WaitArrived };
         }
         if self.phase == Phase::WaitSlot {
-            // The slot of this parity last held operation seq - 2: every rank must be done
-            // reading it.
-            if !area.all_reached(Counter::Left, self.seq.saturating_sub(2))? {
+            // The slot last held operation seq - reuse: every rank must be done reading it.
+            if !area.all_reached(Counter::Left, self.seq.saturating_sub(reuse_distance(tiny || ring)))? {
                 return Ok(());
             }
             // Our own input enters scaled by our own PreMulSum scalar (ranks' scalars differ).
-            // SAFETY: our own slot, of TINY_BYTES (tiny) or at least SMALL_BYTES >= in_len
-            // (for_size), which no rank reads until we post it; the send buffer is the
+            // SAFETY: our own slot, of TINY_BYTES (tiny), RING_BYTES (ring) or at least
+            // SMALL_BYTES >= in_len (for_size), which no rank reads until we post it; the send buffer is the
             // caller's, valid for `in_len`, and cannot overlap the shared slot.
             let (slot, input) = unsafe {
                 (
@@ -331,6 +354,9 @@ impl NodeOp {
             };
             if !arrived {
                 return Ok(());
+            }
+            if root.is_none() {
+                area.all_started(self.seq);
             }
             let out_len = match self.coll {
                 NodeColl::AllGather => n * self.bytes,
@@ -446,14 +472,26 @@ impl NodeOp {
                 NodeColl::ReduceScatter(_) => area.nranks(),
                 _ => 1,
             };
+            // An all-reduce's own slice is read from the send buffer by this rank alone, and
+            // its result written straight to the receive buffer: it stays out of the slot.
+            let skip = match self.coll {
+                NodeColl::AllReduce(red) => slice_of(len, red.dtype.size(), area.rank(), area.nranks()),
+                _ => (0, 0),
+            };
             for q in 0..blocks {
-                // SAFETY: our own slot (slot_bytes >= blocks * piece >= (q + 1) * len), free
-                // (above) and read by no rank until we mark Arrived; the send buffer holds
-                // blocks * bytes bytes, of which this reads block q's [off, off + len); it is
-                // not shared memory, so it cannot overlap the slot.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(self.send.add(q * self.bytes + self.off), slot.add(q * len), len)
-                };
+                for (from, to) in [(0, skip.0), (skip.1, len)] {
+                    // SAFETY: our own slot (slot_bytes >= blocks * piece >= (q + 1) * len),
+                    // free (above) and read by no rank until we mark Arrived; the send buffer
+                    // holds blocks * bytes bytes, of which this reads block q's [off, off +
+                    // len); it is not shared memory, so it cannot overlap the slot.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            self.send.add(q * self.bytes + self.off + from),
+                            slot.add(q * len + from),
+                            to.saturating_sub(from),
+                        )
+                    };
+                }
             }
         }
         area.mark(Counter::Arrived, self.seq);
@@ -483,8 +521,15 @@ impl NodeOp {
         }
     }
 
+    /// A round: every rank announces its piece (copying it, but for its own slice, into its
+    /// slot when staged), reduces its slice of all pieces (its own straight from its send
+    /// buffer), writes the result into its own receive buffer and into every other rank's
+    /// output (receive buffer, or slot in place of the input just read), and marks Left;
+    /// staged ranks then copy the others' slices out of their slot. Rounds overlap: the next
+    /// round's copy in comes before this round's copy out, so it hides the wait for this
+    /// round's stragglers. Round k + 2 reuses round k's slots, which no peer writes before
+    /// this rank announces round k + 2, after its copy out of round k.
     fn direct(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>, red: Reduction) -> Result<()> {
-        let me = area.rank();
         if self.phase == Phase::Done {
             return Ok(());
         }
@@ -496,35 +541,56 @@ impl NodeOp {
                 return Ok(());
             }
             if self.phase == Phase::WaitArrived {
-                if !self.all_arrived(area)? {
+                // The previous round first: its copy out must precede our next announcement.
+                if !self.drain(area, red)? || !self.all_arrived(area)? {
                     return Ok(());
                 }
                 self.reduce_round(area, scratch, red)?;
                 // Non-temporal stores are not ordered by the Release below: fence them first.
                 store_fence();
                 area.mark(Counter::Left, self.seq);
+                let len = self.piece.min(self.bytes - self.off);
+                self.draining = Some(Drain { seq: self.seq, off: self.off, len });
+                self.off += len;
+                if self.off < self.bytes {
+                    self.start(area);
+                    self.phase = Phase::WaitSlot;
+                    continue;
+                }
                 self.phase = Phase::WaitLeft;
             }
-            // Others still write into our receive buffer (or slot) and read our send buffer
-            // (or slot) until then.
-            if !area.all_reached(Counter::Left, self.seq)? {
-                return Ok(());
-            }
-            let len = self.piece.min(self.bytes - self.off);
-            if self.stage_recv {
-                // SAFETY: our slot holds this round's result (every rank wrote its slice and
-                // marked Left); the receive buffer holds `bytes` >= off + len bytes and is
-                // private memory, so it cannot overlap the slot.
-                unsafe { std::ptr::copy_nonoverlapping(area.slot(me, self.seq), self.recv.add(self.off), len) };
-            }
-            self.off += len;
-            if self.off >= self.bytes {
+            // Peers write our receive buffer or slot, and read our send buffer, slot and
+            // descriptor, until every rank has left the last round.
+            if self.drain(area, red)? {
                 self.phase = Phase::Done;
-                return Ok(());
             }
-            self.start(area);
-            self.phase = Phase::WaitSlot;
+            return Ok(());
         }
+    }
+
+    /// Finishes the round in `draining` once every rank has left it: copies the others'
+    /// slices of its result out of our slot when our receive buffer is staged (our own
+    /// slice went straight to it). `true` when no round is left to drain.
+    fn drain(&mut self, area: &mut NodeArea, red: Reduction) -> Result<bool> {
+        let Some(d) = self.draining else { return Ok(true) };
+        if !area.all_reached(Counter::Left, d.seq)? {
+            return Ok(false);
+        }
+        if self.stage_recv {
+            let (lo, hi) = slice_of(d.len, red.dtype.size(), area.rank(), area.nranks());
+            let slot = area.slot(area.rank(), d.seq);
+            for (from, to) in [(0, lo), (hi, d.len)] {
+                // SAFETY: our slot of round d.seq holds that round's result outside our own
+                // slice (every rank wrote its slice and marked Left) and nobody writes it
+                // before we announce round d.seq + 2; the receive buffer holds `bytes` >= off
+                // + len bytes and is private memory, so it cannot overlap the slot.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(slot.add(from), self.recv.add(d.off + from), to.saturating_sub(from))
+                };
+            }
+        }
+        self.draining = None;
+        Ok(true)
     }
 
     /// One round of the direct all-reduce: this rank reduces its slice of the round's piece
@@ -532,10 +598,17 @@ impl NodeOp {
     fn reduce_round(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>, red: Reduction) -> Result<()> {
         let (me, n) = (area.rank(), area.nranks());
         let round_len = self.piece.min(self.bytes - self.off);
-        let inputs: Vec<PeerBuf> = (0..n).map(|r| self.round_buf(area, r, 0)).collect();
-        let outputs: Vec<PeerBuf> = (0..n).map(|r| self.round_buf(area, r, 1)).collect();
-        let streaming: Vec<bool> =
-            (0..n).map(|r| self.bytes >= STREAM_MIN && !area.peer_in_place(r) && !area.peer_staged(r, 1)).collect();
+        // Our own input and output are in reach whatever we publish (and our own slice
+        // never enters our slot).
+        // SAFETY (pointer arithmetic only): off < bytes, inside our buffers.
+        let own = |p: *mut u8| PeerBuf::Direct(p.wrapping_add(self.off));
+        let inputs: Vec<PeerBuf> =
+            (0..n).map(|r| if r == me { own(self.send as *mut u8) } else { self.round_buf(area, r, 0) }).collect();
+        let outputs: Vec<PeerBuf> =
+            (0..n).map(|r| if r == me { own(self.recv) } else { self.round_buf(area, r, 1) }).collect();
+        let streaming: Vec<bool> = (0..n)
+            .map(|r| self.bytes >= STREAM_MIN && !area.peer_in_place(r) && (r == me || !area.peer_staged(r, 1)))
+            .collect();
         // Each input is scaled by its own rank's PreMulSum scalar.
         let reductions: Vec<Reduction> =
             (0..n).map(|r| Reduction { pre: area.peer_pre_scalar(r).map_or(Pre::None, Pre::Mul), ..red }).collect();
@@ -861,6 +934,16 @@ fn store_fence() {
     unsafe {
         std::arch::x86_64::_mm_sfence()
     };
+}
+
+/// Operations between two uses of a slot: tiny and ring slots go round [`TINY_DEPTH`] each,
+/// data slots alternate by parity.
+fn reuse_distance(ringed: bool) -> u64 {
+    if ringed {
+        TINY_DEPTH
+    } else {
+        2
+    }
 }
 
 /// Byte range of `rank`'s slice of a `bytes`-byte message: whole elements, in 64-byte

@@ -26,15 +26,24 @@ use crate::wire::OpSig;
 
 const AREA_MAGIC: u64 = 0x4665_7272_6f4e_6f64;
 const HEADER_BYTES: usize = 4096;
-/// Per-rank control block: two counters on their own cache lines, the descriptor, then two
-/// tiny slots (one cache line each).
-const CTRL_BYTES: usize = 512;
+/// Per-rank control block: two counters on their own cache lines, the descriptor, then
+/// [`TINY_DEPTH`] tiny slots (one cache line each).
+const CTRL_BYTES: usize = 1024;
 /// Offset of the first tiny slot in a control block: a sequence word, then the data.
 const TINY_OFFSET: usize = 384;
 /// Largest input a tiny slot holds: its cache line after the sequence word and before the
 /// signature word, so that one line transfer brings a peer the news that its input is ready,
 /// the input, and what call it belongs to.
 pub const TINY_BYTES: usize = 48;
+/// Tiny slots per rank, used in turn: operation seq reuses the line of seq - TINY_DEPTH. More
+/// than two let a rank that only posts (a broadcast's root) run that many operations ahead,
+/// so that ranks sharing a core wait for each other once per several operations instead of
+/// every other one.
+pub const TINY_DEPTH: u64 = 8;
+/// Bytes of each ring slot: one-shot inputs larger than a tiny slot and up to this size go
+/// round [`TINY_DEPTH`] of them per rank, as tiny ones go round the tiny slots (the two data
+/// slots would hold a broadcast's root to one operation ahead).
+pub const RING_BYTES: usize = 4096;
 /// Offset of the signature word in a tiny slot's line.
 const TINY_SIG: usize = 56;
 /// Offset, in the Arrived counter's line, of the two announcement words (by parity of the
@@ -63,7 +72,8 @@ const LIVENESS_PERIOD: std::time::Duration = std::time::Duration::from_millis(10
 
 /// A per-rank sequence counter. Each holds the number of the last node operation for which
 /// the rank reached that point; operations are numbered from 1 in call order, which is the
-/// same on every rank.
+/// same on every rank. Invariant the waits rely on: a rank marks Left for an operation (every
+/// round of it) before it starts the next one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Counter {
     /// Input published (small slot filled, or descriptor written).
@@ -80,7 +90,8 @@ pub const DESC_WORDS: usize = 12;
 /// Offset of the descriptor in a control block, after the counters' lines.
 const DESC_OFFSET: usize = 192;
 
-const _: () = assert!(DESC_OFFSET + DESC_WORDS * 8 <= TINY_OFFSET && TINY_OFFSET + 2 * 64 <= CTRL_BYTES);
+const _: () =
+    assert!(DESC_OFFSET + DESC_WORDS * 8 <= TINY_OFFSET && TINY_OFFSET + TINY_DEPTH as usize * 64 <= CTRL_BYTES);
 const _: () = assert!(TINY_OFFSET % 64 == 0 && CTRL_BYTES % 64 == 0 && HEADER_BYTES % 64 == 0);
 
 /// Where a rank's buffer is, as published for its peers.
@@ -236,7 +247,17 @@ pub(crate) fn areas_for_threads_with(nranks: usize, slot_bytes: usize, as_proces
 }
 
 fn area_bytes(nranks: usize, slot_bytes: usize) -> usize {
-    HEADER_BYTES + (nranks * CTRL_BYTES).next_multiple_of(4096) + nranks * 2 * slot_bytes
+    data_offset(nranks) + nranks * 2 * slot_bytes
+}
+
+/// Where the ring slots start: after the header and the control blocks.
+fn ring_offset(nranks: usize) -> usize {
+    HEADER_BYTES + (nranks * CTRL_BYTES).next_multiple_of(4096)
+}
+
+/// Where the data slots start: after the ring slots.
+fn data_offset(nranks: usize) -> usize {
+    ring_offset(nranks) + nranks * TINY_DEPTH as usize * RING_BYTES
 }
 
 impl NodeArea {
@@ -415,14 +436,14 @@ impl NodeArea {
         Ok(false)
     }
 
-    /// This rank's tiny slot for operation `seq` (by parity): where its input goes before
+    /// This rank's tiny slot for operation `seq` (one of [`TINY_DEPTH`]): where its input goes before
     /// [`NodeArea::post_tiny`].
     pub fn tiny_data(&self, rank: usize, seq: u64) -> *mut u8 {
         self.tiny_seq(rank, seq).as_ptr().wrapping_add(1) as *mut u8
     }
 
     fn tiny_seq(&self, rank: usize, seq: u64) -> &AtomicU64 {
-        self.ctrl_word(rank, TINY_OFFSET + (seq & 1) as usize * 64)
+        self.ctrl_word(rank, TINY_OFFSET + (seq % TINY_DEPTH) as usize * 64)
     }
 
     /// Announces that this rank's tiny slot holds its input for operation `seq` (with the
@@ -465,7 +486,7 @@ impl NodeArea {
         Ok(())
     }
 
-    /// The signature word in `rank`'s tiny slot line for operation `seq` (by parity).
+    /// The signature word in `rank`'s tiny slot line for operation `seq` (one of TINY_DEPTH).
     fn tiny_sig(&self, rank: usize, seq: u64) -> &AtomicU64 {
         let line = self.tiny_seq(rank, seq).as_ptr() as *const u8;
         // SAFETY: inside rank's tiny line (TINY_SIG + 8 <= 64), 8-aligned, only accessed
@@ -497,6 +518,15 @@ impl NodeArea {
         Ok(true)
     }
 
+    /// Records that every rank was seen (with Acquire) to have started operation `seq`, the
+    /// first of its operation: a rank starts an operation only once it has marked Left for
+    /// every earlier one, so every rank has left seq - 1, and the next slot wait need not
+    /// read the Left lines (a miss per peer).
+    pub fn all_started(&mut self, seq: u64) {
+        let left = &mut self.floor[Counter::Left as usize];
+        *left = (*left).max(seq.saturating_sub(1));
+    }
+
     /// Whether `rank`'s tiny slot holds its input for operation `seq` (and that input is
     /// visible).
     pub fn posted_tiny(&mut self, rank: usize, seq: u64) -> Result<bool> {
@@ -526,8 +556,8 @@ impl NodeArea {
             for c in [Counter::Arrived, Counter::Left] {
                 sum = sum.wrapping_add(self.counter(r, c).load(Ordering::Relaxed));
             }
-            for parity in 0..2 {
-                sum = sum.wrapping_add(self.tiny_seq(r, parity).load(Ordering::Relaxed));
+            for line in 0..TINY_DEPTH {
+                sum = sum.wrapping_add(self.tiny_seq(r, line).load(Ordering::Relaxed));
             }
         }
         sum
@@ -626,9 +656,16 @@ impl NodeArea {
         self.slot_bytes
     }
 
+    /// A rank's ring slot for operation `seq` ([`RING_BYTES`] long, one of [`TINY_DEPTH`]).
+    pub fn ring_slot(&self, rank: usize, seq: u64) -> *mut u8 {
+        let off = ring_offset(self.nranks) + (rank * TINY_DEPTH as usize + (seq % TINY_DEPTH) as usize) * RING_BYTES;
+        debug_assert!(off + RING_BYTES <= data_offset(self.nranks));
+        self.base.wrapping_add(off)
+    }
+
     /// A rank's data slot for operations of parity `parity` ([`NodeArea::slot_bytes`] long).
     pub fn slot(&self, rank: usize, parity: u64) -> *mut u8 {
-        let data = HEADER_BYTES + (self.nranks * CTRL_BYTES).next_multiple_of(4096);
+        let data = data_offset(self.nranks);
         let off = data + (rank * 2 + (parity & 1) as usize) * self.slot_bytes;
         debug_assert!(off + self.slot_bytes <= self.len);
         self.base.wrapping_add(off)
