@@ -112,9 +112,28 @@ impl Drop for DevBuf {
 
 /// Waits for this rank's stream only: ranks that are threads share a context, and waiting for
 /// the whole context would wait for another rank's stream, which may wait for this rank.
+///
+/// Bounded: a stream still busy after 60 s fails the test with the caller's location instead
+/// of hanging the suite (one rank thread's panic would otherwise leave the others' streams
+/// waiting on its flags forever).
+#[track_caller]
 fn sync(stream: *mut c_void) {
-    // SAFETY: the stream is live.
-    cu(unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) }, "cuStreamSynchronize");
+    let start = std::time::Instant::now();
+    loop {
+        // SAFETY: the stream is live.
+        match unsafe { sys::cuStreamQuery(stream as sys::CUstream) } {
+            sys::CUresult::CUDA_SUCCESS => return,
+            sys::CUresult::CUDA_ERROR_NOT_READY if start.elapsed() < std::time::Duration::from_secs(60) => {
+                std::thread::sleep(std::time::Duration::from_micros(50))
+            }
+            r => panic!(
+                "stream not through after {:.0} s ({r:?}) at {} on thread {:?}",
+                start.elapsed().as_secs_f64(),
+                std::panic::Location::caller(),
+                std::thread::current().name()
+            ),
+        }
+    }
 }
 
 /// Waits until every rank reaches this point (a host all-reduce).
