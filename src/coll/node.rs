@@ -8,8 +8,10 @@
 //! - **Direct** (larger): every rank publishes where its buffers are; rank r reduces
 //!   slice r of all inputs (in rank order) and writes the result into every rank's receive
 //!   buffer. Buffers from ncclMemAlloc, or of ranks in this process, are read and written in
-//!   place (no copy at all); others through one kernel copy each way. Each rank reads and
-//!   writes the message once, where a ring moves it twice.
+//!   place (no copy at all); others through their owner's slot (in rounds of a slot, each
+//!   round's copy in overlapping the previous round's stragglers; a rank's own slice never
+//!   enters its slot) or one kernel copy each way. Each rank reads and writes the message
+//!   once, where a ring moves it twice.
 //! - **Pull** all-gather and broadcast: every rank copies the blocks it lacks straight from
 //!   the owners' send buffers into its own receive buffer (one copy per byte). Small
 //!   all-gathers go one-shot instead, copying slots where an all-reduce folds them.
