@@ -136,7 +136,7 @@ fn drive_node(
     scratch: &mut Vec<u64>,
     spin_rounds: u32,
 ) -> Result<()> {
-    let mut idle_rounds = 0u32;
+    let mut spin = Spin::new(spin_rounds);
     let mut watch = Watchdog::new(crate::interrupt::progress_timeout());
     loop {
         let area = links.node_area().ok_or_else(|| Error::internal("node operation without a node area"))?;
@@ -144,17 +144,7 @@ fn drive_node(
         if op.is_done() {
             return Ok(());
         }
-        if progressed {
-            idle_rounds = 0;
-            watch.progressed();
-            continue;
-        }
-        idle_rounds = idle_rounds.saturating_add(1);
-        if idle_rounds < spin_rounds {
-            std::hint::spin_loop();
-            if spin_rounds == SPIN_ROUNDS_OVERSUBSCRIBED && idle_rounds % 8 == 0 {
-                std::thread::yield_now();
-            }
+        if spin.keep_polling(progressed, &mut watch) {
             continue;
         }
         if links.interrupt().is_set() {
@@ -166,7 +156,7 @@ fn drive_node(
             return Err(timeout_error(idle, &[waiting_line(rank, links.nranks(), &peers)]));
         }
         // Counters in shared memory: nothing to sleep on.
-        if idle_rounds > 20_000 {
+        if spin.idle_rounds() > 20_000 {
             std::thread::sleep(Duration::from_micros(50));
         } else {
             std::thread::yield_now();
@@ -220,6 +210,43 @@ const SPIN_ROUNDS: u32 = 4096;
 /// for gets the core.
 const SPIN_ROUNDS_OVERSUBSCRIBED: u32 = 64;
 
+/// The first idle rounds of a wait, spent spinning (and, oversubscribed, yielding every 8).
+struct Spin {
+    rounds: u32,
+    idle: u32,
+}
+
+impl Spin {
+    fn new(rounds: u32) -> Spin {
+        Spin { rounds, idle: 0 }
+    }
+
+    /// After one polling round: whether to poll again at once (it progressed, which also
+    /// resets the watchdog, or it spins one more idle round). `false` once the spinning rounds
+    /// are used up: the caller then checks for interrupts and timeouts, and yields or sleeps.
+    fn keep_polling(&mut self, progressed: bool, watch: &mut Watchdog) -> bool {
+        if progressed {
+            self.idle = 0;
+            watch.progressed();
+            return true;
+        }
+        self.idle = self.idle.saturating_add(1);
+        if self.idle >= self.rounds {
+            return false;
+        }
+        std::hint::spin_loop();
+        if self.rounds == SPIN_ROUNDS_OVERSUBSCRIBED && self.idle % 8 == 0 {
+            std::thread::yield_now();
+        }
+        true
+    }
+
+    /// Idle rounds so far.
+    fn idle_rounds(&self) -> u32 {
+        self.idle
+    }
+}
+
 /// Whether more ranks poll on this host than there are cores for them.
 fn oversubscribed(comms: &[CommWork<'_>]) -> bool {
     comms.iter().map(|c| c.links.local_ranks()).max().unwrap_or(1) > crate::topo::usable_cores()
@@ -231,8 +258,7 @@ fn run_to_completion(comms: &mut [CommWork<'_>], states: &mut [CommState], pool:
     let mut connect_deadline = None;
     // Spinning answers fastest (Open MPI's shared memory does the same); yielding early only
     // pays when another rank needs this core.
-    let spin_rounds = if oversubscribed(comms) { SPIN_ROUNDS_OVERSUBSCRIBED } else { SPIN_ROUNDS };
-    let mut idle_rounds = 0u32;
+    let mut spin = Spin::new(if oversubscribed(comms) { SPIN_ROUNDS_OVERSUBSCRIBED } else { SPIN_ROUNDS });
     let mut watch = Watchdog::new(crate::interrupt::progress_timeout());
     loop {
         let mut progressed = false;
@@ -247,17 +273,7 @@ fn run_to_completion(comms: &mut [CommWork<'_>], states: &mut [CommState], pool:
         if all_done {
             return Ok(());
         }
-        if progressed {
-            idle_rounds = 0;
-            watch.progressed();
-            continue;
-        }
-        idle_rounds = idle_rounds.saturating_add(1);
-        if idle_rounds < spin_rounds {
-            std::hint::spin_loop();
-            if spin_rounds == SPIN_ROUNDS_OVERSUBSCRIBED && idle_rounds % 8 == 0 {
-                std::thread::yield_now();
-            }
+        if spin.keep_polling(progressed, &mut watch) {
             continue;
         }
         for cw in comms.iter() {
@@ -269,7 +285,7 @@ fn run_to_completion(comms: &mut [CommWork<'_>], states: &mut [CommState], pool:
         if let Some(idle) = watch.idle(mark) {
             return Err(no_progress(comms, states, idle));
         }
-        wait_for_io(comms, states, idle_rounds);
+        wait_for_io(comms, states, spin.idle_rounds());
     }
 }
 

@@ -30,22 +30,9 @@ impl MemKind {
 /// Asks the driver what `ptr` is. Pointers unknown to CUDA (and every pointer when CUDA is
 /// unavailable or the thread has no context) are host memory.
 pub fn classify(ptr: *const u8) -> MemKind {
-    if ptr.is_null() || driver::current_context().is_none() {
-        return MemKind::Host;
-    }
-    let mut mem_type: u32 = 0;
-    // SAFETY: CUDA is available and a context is current; the out-pointer is a live u32,
-    // the size this attribute writes.
-    let res = unsafe {
-        sys::cuPointerGetAttribute(
-            &mut mem_type as *mut u32 as *mut std::ffi::c_void,
-            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-            ptr as sys::CUdeviceptr,
-        )
-    };
-    if res != sys::CUresult::CUDA_SUCCESS {
+    let Some(mem_type) = memory_type(ptr) else {
         return MemKind::Host; // not CUDA memory: plain host memory
-    }
+    };
     let mut managed: u32 = 0;
     // SAFETY: as above; IS_MANAGED writes a 32-bit boolean.
     let managed_res = unsafe {
@@ -77,8 +64,14 @@ pub fn classify(ptr: *const u8) -> MemKind {
 /// Whether CUDA knows `ptr` (device, managed or page-locked host memory, such as a buffer
 /// registered with cudaHostRegister). False when no context is current in this thread.
 pub fn known_to_cuda(ptr: *const u8) -> bool {
+    memory_type(ptr).is_some()
+}
+
+/// The driver's memory type of `ptr` (`CUmemorytype`), or `None` when CUDA does not know it
+/// (or no context is current in this thread).
+fn memory_type(ptr: *const u8) -> Option<u32> {
     if ptr.is_null() || driver::current_context().is_none() {
-        return false;
+        return None;
     }
     let mut mem_type: u32 = 0;
     // SAFETY: CUDA is available and a context is current; the out-pointer is a live u32,
@@ -90,7 +83,7 @@ pub fn known_to_cuda(ptr: *const u8) -> bool {
             ptr as sys::CUdeviceptr,
         )
     };
-    res == sys::CUresult::CUDA_SUCCESS
+    (res == sys::CUresult::CUDA_SUCCESS).then_some(mem_type)
 }
 
 /// Classic allocations ncclMemAlloc made where VMM could not be used (freed by ncclMemFree).

@@ -90,7 +90,7 @@ fn locate_allocation(addr: usize, len: usize) -> Option<SharedRef> {
     })
 }
 
-fn page_size() -> usize {
+pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no memory effects.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if p > 0 {

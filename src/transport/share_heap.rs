@@ -213,7 +213,7 @@ pub fn share(addr: usize, len: usize, min: usize) -> std::result::Result<SharedR
 }
 
 fn examine_and_promote(reg: &mut Registry, addr: usize, len: usize) -> std::result::Result<SharedRef, Refused> {
-    let page = page_size();
+    let page = peer_mem::page_size();
     let vma = reg.vma_at(addr).ok_or(Refused::Mapping)?;
     let private_anonymous = |v: &Vma| {
         v.read && v.write && !v.shared && v.inode == 0 && (v.name.is_empty() || v.name == "[anon: glibc: malloc]")
@@ -384,16 +384,6 @@ fn link_names(start: usize, len: usize, link: &str) -> io::Result<bool> {
 fn file_size_allowed() -> bool {
     let lim = rustix::process::getrlimit(rustix::process::Resource::Fsize);
     lim.current.is_none_or(|c| c >= FILE_BYTES)
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no memory effects.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as usize
-    } else {
-        4096
-    }
 }
 
 impl Registry {
