@@ -183,6 +183,10 @@ pub fn run(by_comm: &[(Arc<Comm>, Vec<OpRequest>)]) -> Result<()> {
 pub fn run_one(comm: &Arc<Comm>, req: &OpRequest) -> Result<()> {
     let tuning = tuning()?;
     let mut links = comm.links()?;
+    if req.count == 0 {
+        // Every plan of count 0 is empty and no node algorithm takes it: nothing to run.
+        return Ok(());
+    }
     let layout = layout(comm, req)?;
     if let Some(mut op) = node_op(comm, req, &layout, tuning)? {
         // `layout` keeps a private copy of an overlapping input alive until this returns.
