@@ -438,6 +438,19 @@ impl NodeOp {
         self.phase = Phase::WaitSlot;
     }
 
+    /// After a round of `len` bytes: starts the next round (`true`: run it at once) or, after
+    /// the last, waits for every rank to leave.
+    fn next_round(&mut self, area: &mut NodeArea, len: usize) -> bool {
+        self.off += len;
+        if self.off < self.bytes {
+            self.start(area);
+            self.phase = Phase::WaitSlot;
+            return true;
+        }
+        self.phase = Phase::WaitLeft;
+        false
+    }
+
     /// Whether every rank announced this round, with matching calls; fixes the rounds' piece
     /// size on the first.
     fn all_arrived(&mut self, area: &mut NodeArea) -> Result<bool> {
@@ -553,13 +566,9 @@ impl NodeOp {
                 area.mark(Counter::Left, self.seq);
                 let len = self.piece.min(self.bytes - self.off);
                 self.draining = Some(Drain { seq: self.seq, off: self.off, len });
-                self.off += len;
-                if self.off < self.bytes {
-                    self.start(area);
-                    self.phase = Phase::WaitSlot;
+                if self.next_round(area, len) {
                     continue;
                 }
-                self.phase = Phase::WaitLeft;
             }
             // Peers write our receive buffer or slot, and read our send buffer, slot and
             // descriptor, until every rank has left the last round.
@@ -721,13 +730,9 @@ impl NodeOp {
                     off += step;
                 }
                 area.mark(Counter::Left, self.seq);
-                self.off += len;
-                if self.off < self.bytes {
-                    self.start(area);
-                    self.phase = Phase::WaitSlot;
+                if self.next_round(area, len) {
                     continue;
                 }
-                self.phase = Phase::WaitLeft;
             }
             // Peers read our input until then.
             return self.wait_left(area);
