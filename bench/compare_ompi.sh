@@ -33,9 +33,10 @@
 #                  (the binary is then looked up in $CARGO_TARGET_DIR/release)
 #   --keep-logs    keep the raw program outputs (PREFIX-logs/)
 #   --colls LIST   collectives, comma-separated (default all_reduce,all_gather,broadcast,reduce_scatter)
-#   --host-alloc   ferroccl-bench allocates its buffers with the system allocator, as ompi_bench
-#                  does, instead of ncclMemAlloc (nccl-tests' way, which ranks on one host map
-#                  and reduce in place)
+#   --mem-alloc    ferroccl-bench allocates its buffers with ncclMemAlloc (nccl-tests' way,
+#                  which ranks on one host map and reduce in place) instead of the system
+#                  allocator, which is the default: malloc'd buffers, as ompi_bench and the
+#                  simulation codes use. --host-alloc (the default) is accepted.
 #
 # Environment: CARGO_TARGET_DIR (default <repo>/target), PYTHON (default python3; it needs only
 # the standard library for the report, and matplotlib for the PNG, which is skipped without it),
@@ -77,7 +78,7 @@ wait_max=600
 out=""
 timeout_s=900
 fbench=""
-fextra=()
+fextra=(--alloc system)
 build=1
 keep_logs=0
 
@@ -101,7 +102,8 @@ while [ $# -gt 0 ]; do
         --ferroccl-bench) [ $# -ge 2 ] || die "--ferroccl-bench needs a path"; fbench=$2; build=0; shift 2 ;;
         --no-build) build=0; shift ;;
         --keep-logs) keep_logs=1; shift ;;
-        --host-alloc) fextra+=(--host-alloc); shift ;;
+        --host-alloc) fextra=(--alloc system); shift ;;
+        --mem-alloc) fextra=(--alloc nccl); shift ;;
         --colls) [ $# -ge 2 ] || die "--colls needs a list"; IFS=, read -ra colls <<<"$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) die "unknown argument: $1 (see --help)" ;;

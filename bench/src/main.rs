@@ -55,6 +55,15 @@ enum MpiMode {
     Off,
 }
 
+/// Where the benchmark's host buffers come from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+enum Alloc {
+    /// The system allocator, as a simulation code's arrays (malloc, Fortran allocate).
+    System,
+    /// ncclMemAlloc, as nccl-tests allocates: ranks on one host map these and work in place.
+    Nccl,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
 enum InitMode {
     /// nccl-tests: one thread calls ncclGroupStart, ncclCommInitRank per local rank, ncclGroupEnd.
@@ -142,9 +151,12 @@ struct Args {
     /// How communicators are created.
     #[arg(long = "init", value_enum, default_value = "group")]
     init: InitMode,
-    /// Allocate the buffers with the system allocator instead of ncclMemAlloc (which
-    /// nccl-tests uses), to measure what plain user buffers get.
-    #[arg(long = "host-alloc")]
+    /// Where the buffers come from: the system allocator (default: what simulation codes
+    /// pass) or ncclMemAlloc (what nccl-tests uses).
+    #[arg(long = "alloc", value_enum, default_value = "system")]
+    alloc: Alloc,
+    /// The same as `--alloc system` (kept for recorded commands).
+    #[arg(long = "host-alloc", hide = true, conflicts_with = "alloc")]
     host_alloc: bool,
     /// Encryption canary: run the benchmark plaintext, then encrypted (each phase in its own
     /// process(es), same ranks and flags), print busbw and p99 latency of both and the busbw
@@ -241,8 +253,8 @@ struct CommPtr(ncclComm_t);
 // SAFETY: NCCL communicators may be used from any thread (one at a time, as here).
 unsafe impl Send for CommPtr {}
 
-/// Page-aligned host buffer: from ncclMemAlloc as in nccl-tests, or (`--host-alloc`) from
-/// the system allocator.
+/// Page-aligned host buffer: from the system allocator, or (`--alloc nccl`) from ncclMemAlloc
+/// as in nccl-tests.
 struct Buf {
     ptr: *mut u8,
     len: usize,
@@ -480,7 +492,7 @@ fn build_plan(args: &Args, nranks: usize) -> Result<Plan, String> {
         check: args.check,
         combine: Combine::from_average(args.average),
         unalign: args.unalign,
-        host_alloc: args.host_alloc,
+        host_alloc: args.host_alloc || args.alloc == Alloc::System,
         hostname: hostname(),
         record_latency: args.canary_phase.is_some(),
     })

@@ -51,7 +51,8 @@ fn ranks_as_processes_map_ncclmemalloc_buffers_or_copy_plain_ones() {
         println!("skipped: no mpirun");
         return;
     }
-    for (extra, sweep) in [&[][..], &["--host-alloc"][..]].into_iter().flat_map(|e| SWEEPS.iter().map(move |s| (e, s)))
+    for (extra, sweep) in
+        [&["--alloc", "nccl"][..], &[][..]].into_iter().flat_map(|e| SWEEPS.iter().map(move |s| (e, s)))
     {
         let mut cmd = Command::new("timeout");
         cmd.args(["300", "mpirun", "-np", "3", "--oversubscribe", "--bind-to", "none", "-x", "NCCL_DEBUG", "-x"])
@@ -62,7 +63,7 @@ fn ranks_as_processes_map_ncclmemalloc_buffers_or_copy_plain_ones() {
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
         let out = run(cmd);
         assert_eq!(out.matches("Node area: 3 ranks").count(), 3, "{out}");
-        if extra.is_empty() {
+        if !extra.is_empty() {
             assert!(out.contains("SHM: mapped"), "ncclMemAlloc buffers are mapped by the peers:\n{out}");
         } else {
             assert!(!out.contains("SHM: mapped"), "plain buffers cannot be mapped:\n{out}");
