@@ -25,6 +25,21 @@ pub fn check(r: ncclResult_t, what: &str) {
     }
 }
 
+/// A float sum all-reduce of host buffers of equal length, outside any stream: the call the
+/// process tests make.
+pub fn all_reduce_f32(send: &[f32], recv: &mut [f32], comm: ncclComm_t) -> ncclResult_t {
+    assert_eq!(send.len(), recv.len(), "send and receive buffers of one all-reduce");
+    ferroccl::ffi::coll::ncclAllReduce(
+        send.as_ptr().cast(),
+        recv.as_mut_ptr().cast(),
+        send.len(),
+        ferroccl::types::ncclDataType_t(7),
+        ferroccl::types::ncclRedOp_t(0),
+        comm,
+        std::ptr::null_mut(),
+    )
+}
+
 pub fn unique_id() -> ncclUniqueId {
     let mut id = ncclUniqueId { internal: [0; 128] };
     check(ncclGetUniqueId(&mut id), "ncclGetUniqueId");

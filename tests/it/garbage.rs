@@ -5,7 +5,6 @@
 //! run. The job must give right results, in bounded time, and the process must not crash.
 //! Runs in a child process (its own ports only; sockets forced).
 
-use std::ffi::c_void;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
@@ -13,11 +12,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferroccl::ffi::coll::ncclAllReduce;
 use ferroccl::ffi::init::{ncclCommDestroy, ncclCommInitRank, ncclCommSplit};
-use ferroccl::types::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t};
+use ferroccl::types::{ncclComm_t, ncclResult_t};
 
-use crate::common::{check, unique_id};
+use crate::common::{all_reduce_f32, check, unique_id};
 
 const ROLE: &str = "FERROCCL_IT_GARBAGE_ROLE";
 
@@ -147,19 +145,7 @@ pub fn hammer(
 fn all_reduce_ok(comm: ncclComm_t, rank: usize, nranks: usize, count: usize) -> bool {
     let send: Vec<f32> = (0..count).map(|i| (rank * 7 + i % 13) as f32).collect();
     let mut recv = vec![0f32; count];
-    let s: *mut c_void = std::ptr::null_mut();
-    check(
-        ncclAllReduce(
-            send.as_ptr().cast(),
-            recv.as_mut_ptr().cast(),
-            count,
-            ncclDataType_t(7),
-            ncclRedOp_t(0),
-            comm,
-            s,
-        ),
-        "allreduce",
-    );
+    check(all_reduce_f32(&send, &mut recv, comm), "allreduce");
     recv.iter().enumerate().all(|(i, &v)| v == (0..nranks).map(|r| (r * 7 + i % 13) as f32).sum::<f32>())
 }
 

@@ -15,7 +15,7 @@ use ferroccl::ffi::mem::{ncclMemAlloc, ncclMemFree};
 use ferroccl::ffi::query::{ncclCommGetAsyncError, ncclGetLastError};
 use ferroccl::types::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclUniqueId};
 
-use crate::common::{check, unique_id};
+use crate::common::{all_reduce_f32, check, unique_id};
 
 const ROLE: &str = "FERROCCL_IT_ROLE";
 
@@ -58,19 +58,7 @@ fn child_rank() {
     let count = 1 << 20;
     let send = vec![rank as f32 + 1.0; count];
     let mut recv = vec![0f32; count];
-    let s: *mut c_void = std::ptr::null_mut();
-    check(
-        ncclAllReduce(
-            send.as_ptr().cast(),
-            recv.as_mut_ptr().cast(),
-            count,
-            ncclDataType_t(7),
-            ncclRedOp_t(0),
-            comm,
-            s,
-        ),
-        "allreduce",
-    );
+    check(all_reduce_f32(&send, &mut recv, comm), "allreduce");
     assert!(recv.iter().all(|&v| v == 3.0));
     println!("CHILD {rank} first allreduce OK");
     if scenario == "plain" {
@@ -93,15 +81,7 @@ fn child_rank() {
     }
     if scenario == "victim" {
         // Rank 1 never joins: this must fail (peer gone), not hang.
-        let r = ncclAllReduce(
-            send.as_ptr().cast(),
-            recv.as_mut_ptr().cast(),
-            count,
-            ncclDataType_t(7),
-            ncclRedOp_t(0),
-            comm,
-            s,
-        );
+        let r = all_reduce_f32(&send, &mut recv, comm);
         println!("CHILD {rank} second allreduce returned {}", r.0);
         assert_eq!(r, ncclResult_t::ncclRemoteError);
     }

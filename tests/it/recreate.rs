@@ -6,16 +6,14 @@
 //! lives for the whole process exists). On one host (node area and shared memory), on shared
 //! memory alone, and over sockets.
 
-use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ferroccl::ffi::coll::ncclAllReduce;
 use ferroccl::ffi::init::{ncclCommAbort, ncclCommDestroy, ncclCommInitRank, ncclGetUniqueId};
-use ferroccl::types::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclUniqueId};
+use ferroccl::types::{ncclComm_t, ncclResult_t, ncclUniqueId};
 
-use crate::common::{check, unique_id};
+use crate::common::{all_reduce_f32, check, unique_id};
 use crate::processes::{hex, unhex};
 
 const ROLE: &str = "FERROCCL_IT_RECREATE_ROLE";
@@ -32,16 +30,7 @@ fn all_reduce(comm: ncclComm_t, rank: usize, nranks: usize) -> (ncclResult_t, bo
     let count = 100_000;
     let send: Vec<f32> = (0..count).map(|i| (rank + i % 7) as f32).collect();
     let mut recv = vec![0f32; count];
-    let s: *mut c_void = std::ptr::null_mut();
-    let r = ncclAllReduce(
-        send.as_ptr().cast(),
-        recv.as_mut_ptr().cast(),
-        count,
-        ncclDataType_t(7),
-        ncclRedOp_t(0),
-        comm,
-        s,
-    );
+    let r = all_reduce_f32(&send, &mut recv, comm);
     let ok = recv.iter().enumerate().all(|(i, &v)| v == (0..nranks).map(|q| (q + i % 7) as f32).sum::<f32>());
     (r, ok)
 }

@@ -8,16 +8,15 @@
 //! back, both ranks abort and make a new communicator from a new unique id in the same
 //! process, which works.
 
-use std::ffi::{c_void, CStr};
+use std::ffi::CStr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ferroccl::ffi::coll::ncclAllReduce;
 use ferroccl::ffi::init::{ncclCommAbort, ncclCommDestroy, ncclCommInitRank};
 use ferroccl::ffi::query::ncclGetLastError;
-use ferroccl::types::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t};
+use ferroccl::types::{ncclComm_t, ncclResult_t};
 
-use crate::common::{check, unique_id, Comm};
+use crate::common::{all_reduce_f32, check, unique_id, Comm};
 
 const ROLE: &str = "FERROCCL_IT_VANISH_ROLE";
 /// The network goes: the namespace's only interface is taken down, so nothing is delivered
@@ -33,16 +32,7 @@ fn all_reduce(comm: ncclComm_t, rank: usize) -> (ncclResult_t, bool, String) {
     let count = 1024;
     let send = vec![rank as f32 + 1.0; count];
     let mut recv = vec![0f32; count];
-    let s: *mut c_void = std::ptr::null_mut();
-    let r = ncclAllReduce(
-        send.as_ptr().cast(),
-        recv.as_mut_ptr().cast(),
-        count,
-        ncclDataType_t(7),
-        ncclRedOp_t(0),
-        comm,
-        s,
-    );
+    let r = all_reduce_f32(&send, &mut recv, comm);
     // SAFETY: a thread-local NUL-terminated string, copied at once.
     let msg = unsafe { CStr::from_ptr(ncclGetLastError(comm)) }.to_string_lossy().into_owned();
     (r, recv.iter().all(|&v| v == 3.0), msg)
