@@ -263,6 +263,7 @@ fn node_op(comm: &Comm, req: &OpRequest, layout: &Layout, tuning: &algo::Tuning)
         }
         CollOp::AllGather => node::NodeColl::AllGather,
         CollOp::Broadcast { root } => node::NodeColl::Broadcast { root },
+        CollOp::Gather { root } => node::NodeColl::Gather { root },
         CollOp::ReduceScatter => node::NodeColl::ReduceScatter(
             req.reduction.ok_or_else(|| Error::internal("reduce-scatter without an operator"))?,
         ),
@@ -379,6 +380,9 @@ fn node_algorithm(comm: &Comm, req: &OpRequest, bytes: usize, tuning: &algo::Tun
                 _ => Some(node::NodeAlgo::Direct),
             }
         }
+        // Small gathers (the device path's per-call exchange among them) one-shot: every rank
+        // posts its block, the root copies all; the signatures are compared both ways.
+        CollOp::Gather { .. } if bytes <= node::ONE_SHOT_INPUT_MAX => Some(node::NodeAlgo::OneShot),
         _ => None,
     }
 }

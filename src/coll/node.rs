@@ -89,7 +89,7 @@ pub fn default_stage_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -
         (NodeColl::AllGather, 3..=8) => STAGE_MAX,
         (NodeColl::AllGather, _) => 1 << 20,
         (NodeColl::Broadcast { .. }, 0..=2) => 0,
-        (NodeColl::Broadcast { .. }, _) => STAGE_MAX,
+        (NodeColl::Broadcast { .. } | NodeColl::Gather { .. }, _) => STAGE_MAX,
     }
 }
 /// Bytes reduced at a time: the partial result and one input stay in cache.
@@ -165,6 +165,11 @@ pub enum NodeColl {
     },
     /// Every rank reduces its own block of all ranks' inputs into its receive buffer.
     ReduceScatter(Reduction),
+    /// Every rank posts its block; the root copies them all into its receive buffer (one-shot
+    /// only). The others wait for the root's announcement, so both sides compare calls.
+    Gather {
+        root: usize,
+    },
 }
 
 /// One collective in progress.
@@ -261,6 +266,7 @@ impl NodeOp {
             Phase::WaitSlot => area.behind(Counter::Left, self.seq.saturating_sub(reuse_distance(ringed))),
             Phase::WaitArrived => match self.coll {
                 NodeColl::Broadcast { root } => behind.into_iter().filter(|&r| r == root).collect(),
+                NodeColl::Gather { root } if root != area.rank() => behind.into_iter().filter(|&r| r == root).collect(),
                 _ => behind,
             },
             Phase::WaitLeft => area.behind(Counter::Left, self.seq),
@@ -276,6 +282,9 @@ impl NodeOp {
             (NodeColl::AllGather, NodeAlgo::Direct) => self.pull(area, None)?,
             (NodeColl::Broadcast { root }, NodeAlgo::Direct) => self.pull(area, Some(root))?,
             (NodeColl::ReduceScatter(red), NodeAlgo::Direct) => self.reduce_scatter(area, scratch, red)?,
+            (NodeColl::Gather { .. }, NodeAlgo::Direct) => {
+                return Err(Error::internal("a node gather is one-shot only"));
+            }
         }
         Ok((self.phase, self.seq) != before)
     }
@@ -284,16 +293,18 @@ impl NodeOp {
     /// Inputs of up to [`TINY_BYTES`] travel in the cache line that also says they are
     /// ready (one line transfer per peer); larger ones in the slots, announced by the Arrived
     /// counter. All-reduce folds every slot, reduce-scatter its own block of every slot,
-    /// all-gather copies every slot to its block, broadcast copies the root's (only the root
-    /// posts). One synchronisation: the next writer of a slot waits for its readers.
+    /// all-gather copies every slot to its block (a gather's root alone), broadcast copies the
+    /// root's (only the root posts). One synchronisation: the next writer of a slot waits for
+    /// its readers.
     fn one_shot(&mut self, area: &mut NodeArea) -> Result<()> {
         let (me, n) = (area.rank(), area.nranks());
-        let (in_len, root) = match self.coll {
-            NodeColl::ReduceScatter(_) => (n * self.bytes, None),
-            NodeColl::Broadcast { root } => (self.bytes, Some(root)),
-            _ => (self.bytes, None),
+        // `watch`: the one rank whose slot this rank waits for (None: every rank's).
+        let (in_len, watch, posts) = match self.coll {
+            NodeColl::ReduceScatter(_) => (n * self.bytes, None, true),
+            NodeColl::Broadcast { root } => (self.bytes, Some(root), root == me),
+            NodeColl::Gather { root } if root != me => (self.bytes, Some(root), true),
+            _ => (self.bytes, None, true),
         };
-        let posts = root.is_none_or(|r| r == me);
         let tiny = in_len <= TINY_BYTES;
         let ring = !tiny && in_len <= RING_BYTES;
         let slot_of = |area: &NodeArea, r: usize, seq: u64| {
@@ -334,7 +345,9 @@ impl NodeOp {
             };
             match self.coll {
                 NodeColl::AllReduce(red) | NodeColl::ReduceScatter(red) => red.prepare(slot, input)?,
-                NodeColl::AllGather | NodeColl::Broadcast { .. } => slot.copy_from_slice(input),
+                NodeColl::AllGather | NodeColl::Broadcast { .. } | NodeColl::Gather { .. } => {
+                    slot.copy_from_slice(input)
+                }
             }
             if tiny {
                 area.post_tiny(self.seq);
@@ -346,7 +359,7 @@ impl NodeOp {
         if self.phase == Phase::WaitArrived {
             // Tiny slots carry the signature in their line (compared as each is seen);
             // small ones next to the Arrived counter just read.
-            let arrived = match (root, tiny) {
+            let arrived = match (watch, tiny) {
                 (Some(r), true) => area.posted_tiny(r, self.seq)? && area.check_peer(r).map(|()| true)?,
                 (Some(r), false) => {
                     area.reached(r, Counter::Arrived, self.seq)? && area.check_peer(r).map(|()| true)?
@@ -357,11 +370,17 @@ impl NodeOp {
             if !arrived {
                 return Ok(());
             }
-            if root.is_none() {
+            if watch.is_none() {
                 area.all_started(self.seq);
             }
+            if matches!(self.coll, NodeColl::Gather { root } if root != me) {
+                // Posted, and the root's call matches: nothing to receive.
+                area.mark(Counter::Left, self.seq);
+                self.phase = Phase::Done;
+                return Ok(());
+            }
             let out_len = match self.coll {
-                NodeColl::AllGather => n * self.bytes,
+                NodeColl::AllGather | NodeColl::Gather { .. } => n * self.bytes,
                 _ => self.bytes,
             };
             // SAFETY: the caller's receive buffer, ours alone until the operation completes
@@ -384,7 +403,7 @@ impl NodeOp {
                     }
                     red.finalize(out)?;
                 }
-                NodeColl::AllGather => {
+                NodeColl::AllGather | NodeColl::Gather { .. } => {
                     for r in 0..n {
                         out[r * self.bytes..(r + 1) * self.bytes].copy_from_slice(input_of(r));
                     }
@@ -1108,10 +1127,12 @@ mod tests {
                     for round in 0..3 {
                         for (k, &count) in sizes.iter().enumerate() {
                             let k = k + round * sizes.len();
+                            // Gathers are one-shot only.
+                            let count = if k % 5 == 4 { count.min(ONE_SHOT_INPUT_MAX / 8) } else { count };
                             let bytes = count * 8;
                             let input = input_of(me, k, count);
                             let in_place = k % 2 == 1;
-                            let (coll, algo, mut out, want): (NodeColl, NodeAlgo, Vec<i64>, Vec<i64>) = match k % 4 {
+                            let (coll, algo, mut out, want): (NodeColl, NodeAlgo, Vec<i64>, Vec<i64>) = match k % 5 {
                                 0 => {
                                     let scalar = (me as i64 + 2).to_ne_bytes();
                                     let red = Reduction::pre_mul_sum(DataType::Int64, &scalar).unwrap();
@@ -1137,6 +1158,16 @@ mod tests {
                                     let algo = NodeAlgo::for_size(bytes, n, false, None).unwrap();
                                     (NodeColl::Broadcast { root }, algo, out, input_of(root, k, count))
                                 }
+                                4 => {
+                                    // Only the root receives (and may pass its block in place).
+                                    let root = (k / 5) % n;
+                                    let mut out = vec![-1; if me == root { n * count } else { 0 }];
+                                    if in_place && me == root {
+                                        out[me * count..(me + 1) * count].copy_from_slice(&input);
+                                    }
+                                    let want = if me == root { (0..n).flat_map(|r| input_of(r, k, count)).collect() } else { Vec::new() };
+                                    (NodeColl::Gather { root }, NodeAlgo::OneShot, out, want)
+                                }
                                 _ => {
                                     // Each rank's input is n blocks; its result is the sum of block
                                     // `me` of every input, scaled by the inputs' scalars.
@@ -1157,6 +1188,7 @@ mod tests {
                             let rs_input = input_of(me, k, n * count);
                             let send = match coll {
                                 NodeColl::AllGather if in_place => out[me * count..].as_ptr(),
+                                NodeColl::Gather { root } if in_place && root == me => out[me * count..].as_ptr(),
                                 NodeColl::AllReduce(_) | NodeColl::Broadcast { .. } | NodeColl::ReduceScatter(_) if in_place => out.as_ptr(),
                                 NodeColl::ReduceScatter(_) => rs_input.as_ptr(),
                                 _ => input.as_ptr(),
@@ -1219,6 +1251,18 @@ mod tests {
                 (NodeColl::Broadcast { root: 1 }, NodeAlgo::Direct, 4096, OpSig::new(2, 4, 0, 1, 4096)),
                 "root |0 on rank |1 on rank ",
             ),
+            // The device path's per-call gather against a rank that passed host buffers, as
+            // its root and as the other rank (both must be told).
+            (
+                (NodeColl::Gather { root: 0 }, NodeAlgo::OneShot, 25, OpSig::new(7, 0, 0, 0, 200).on_device()),
+                (NodeColl::AllReduce(red), NodeAlgo::Direct, 4096, sig(4096, 0)),
+                "device buffers on rank 0, host buffers on rank 1",
+            ),
+            (
+                (NodeColl::AllReduce(red), NodeAlgo::OneShot, 25, sig(25, 0)),
+                (NodeColl::Gather { root: 0 }, NodeAlgo::OneShot, 25, OpSig::new(7, 0, 0, 0, 200).on_device()),
+                "host buffers on rank 0, device buffers on rank 1",
+            ),
         ];
         for (k, (a, b, want)) in cases.into_iter().enumerate() {
             let mut areas = areas_for_threads(2);
@@ -1238,6 +1282,9 @@ mod tests {
                 if (e0.is_some() || op0.is_done()) && (e1.is_some() || op1.is_done()) {
                     break;
                 }
+            }
+            if matches!(a.0, NodeColl::Gather { .. }) || matches!(b.0, NodeColl::Gather { .. }) {
+                assert!(e0.is_some() && e1.is_some(), "case {k}: only one rank saw the mismatch: {e0:?} {e1:?}");
             }
             let e = e0.or(e1).unwrap_or_else(|| panic!("case {k}: no rank saw the mismatch"));
             assert_eq!(e.code(), crate::error::ncclResult_t::ncclInvalidUsage, "case {k}: {e}");

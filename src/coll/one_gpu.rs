@@ -274,13 +274,6 @@ const DESC_HEADER_BYTES: usize = 8;
 pub fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<()> {
     let stream = reqs[0].stream;
     let capturing = stream.is_capturing()?;
-    let g = comm_gpu(comm, capturing)?;
-    log_path_once(comm);
-    if capturing {
-        g.unsure.store(true, Ordering::Release);
-    } else {
-        order_after_last_stream(&g, stream)?;
-    }
     let n = comm.nranks;
     let desc_len = DESC_HEADER_BYTES + reqs.len() * OP_DESC_BYTES;
     let mut mine = vec![0u8; desc_len];
@@ -291,7 +284,16 @@ pub fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<()> {
         mine[4] = 1;
     }
     let mut all = vec![0u8; if comm.rank == 0 { desc_len * n } else { 0 }];
+    // First, so that a rank that passed host buffers to this call (and so runs a host
+    // collective) is told so here, by the node area's comparison of calls, on both sides.
     host_gather(comm, &mine, &mut all)?;
+    let g = comm_gpu(comm, capturing)?;
+    log_path_once(comm);
+    if capturing {
+        g.unsure.store(true, Ordering::Release);
+    } else {
+        order_after_last_stream(&g, stream)?;
+    }
     let seq = g.submitted.load(Ordering::Relaxed).wrapping_add(1);
     let result = if comm.rank == 0 {
         lead(comm, &g, reqs, &all, desc_len, stream, capturing, seq)
