@@ -186,6 +186,14 @@ pub static PARAMS: &[Param] = &[
     ),
     param("FERROCCL_CHUNK_SIZE", Bytes, "524288", "Bytes per pipelined ring chunk"),
     param(
+        "FERROCCL_STAGE_PIECE",
+        Bytes,
+        "1048576",
+        "Device-buffer operations staged through host memory (ranks on other GPUs or hosts) are cut \
+         into pieces of at least this many bytes (at most 64), whose copies overlap the transfers; \
+         smaller operations than two pieces run whole",
+    ),
+    param(
         "FERROCCL_TREE_THRESHOLD",
         Bytes,
         "65536",

@@ -177,6 +177,20 @@ pub fn run(by_comm: &[(Arc<Comm>, Vec<OpRequest>)]) -> Result<()> {
     exec::execute(&mut comm_works)
 }
 
+/// Runs one communicator's operations as one group, each starting once its gate opens (the
+/// staged pieces of one device-buffer operation, `stream`): later pieces overlap earlier
+/// ones on the wire instead of each paying its own start and drain.
+pub fn run_gated(comm: &Arc<Comm>, reqs: &[OpRequest], gates: Vec<exec::WorkGate>) -> Result<()> {
+    let tuning = tuning()?;
+    let mut links = comm.links()?;
+    let mut works = reqs.iter().map(|r| prepare(comm, r, tuning)).collect::<Result<Vec<_>>>()?;
+    for (w, g) in works.iter_mut().zip(gates) {
+        w.gate = Some(g);
+    }
+    isolate_cross_op_inputs(&mut works);
+    exec::execute(&mut [CommWork { rank: comm.rank, links: &mut links, works }])
+}
+
 /// Runs one operation outside a group: the same as [`run`] without its per-group
 /// bookkeeping, which is a visible part of a small operation's cost. A node operation skips
 /// the executor's step queues too.
@@ -207,6 +221,7 @@ fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Resul
             send_copy: layout.send_copy,
             node: Some(node),
             sig: layout.sig,
+            gate: None,
         }),
         None => plan_work(comm, req, layout, tuning),
     }
@@ -308,7 +323,7 @@ fn plan_work(comm: &Comm, req: &OpRequest, layout: Layout, tuning: &'static algo
     let plan = plan_cache::cached_plan(comm, &args, choice.algorithm, tuning.chunk_bytes)?;
     log::debug!(target: "COLL", "{} count {} datatype {} in_place {in_place} algorithm {} steps {}", req.op.name(), req.count, req.dtype, plan.algorithm, plan.steps.len());
     let Layout { bufs, send_copy, sig, .. } = layout;
-    Ok(Work { plan, bufs, reduction: req.reduction, send_copy, node: None, sig })
+    Ok(Work { plan, bufs, reduction: req.reduction, send_copy, node: None, sig, gate: None })
 }
 
 /// The signature of a call (`wire::sig`): what every rank's matching call must agree on.

@@ -518,3 +518,82 @@ fn pre_mul_sum_pointer_scalar_is_read_at_use() {
         check(ncclRedOpDestroy(op, comm.0), "destroy");
     });
 }
+
+/// The staged device path's pieces (`coll::run_gated`, here on host buffers): one group of
+/// all-reduces, each starting only once its gate opens. Gates open in order, one at a time
+/// and at a different pace on each rank; before opening piece k a rank checks that nothing
+/// was written to piece k's output, and at the end every piece is exact and said complete
+/// exactly once. With a node area (ranks as threads) and without (NCCL_SHM_DISABLE is not
+/// needed: small and large pieces take both the one-shot and the ring paths).
+#[test]
+fn gated_pieces_start_when_their_gate_opens() {
+    use ferroccl::coll::exec::WorkGate;
+    use ferroccl::coll::{CollOp, OpRequest};
+    use ferroccl::reduce::Reduction;
+    use ferroccl::types::BuiltinOp;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    for n in [2usize, 3] {
+        with_ranks(n, move |rank, comm| {
+            let c = ferroccl::comm::lookup(comm.0, "test").expect("communicator");
+            let counts = [100_003usize, 5, 70_001, 1, 300_000, 17];
+            let input: Vec<Vec<f32>> = counts
+                .iter()
+                .enumerate()
+                .map(|(k, &m)| (0..m).map(|i| ((i % 251) + k + rank) as f32).collect())
+                .collect();
+            let mut out: Vec<Vec<f32>> = counts.iter().map(|&m| vec![-1.0; m]).collect();
+            let opened = Arc::new(AtomicUsize::new(0));
+            let finished: Arc<Vec<AtomicUsize>> = Arc::new(counts.iter().map(|_| AtomicUsize::new(0)).collect());
+            let reqs: Vec<OpRequest> = (0..counts.len())
+                .map(|k| OpRequest {
+                    op: CollOp::AllReduce,
+                    send: input[k].as_ptr().cast(),
+                    recv: out[k].as_mut_ptr().cast(),
+                    count: counts[k],
+                    dtype: DataType::Float32,
+                    reduction: Some(Reduction::builtin(DataType::Float32, BuiltinOp::Sum, n)),
+                    mem: ferroccl::cuda::memory::MemKind::Host,
+                    stream: ferroccl::cuda::stream::Stream(0),
+                    pre_device: None,
+                    device_call: true,
+                })
+                .collect();
+            let gates = (0..counts.len())
+                .map(|k| {
+                    let (o, f) = (opened.clone(), finished.clone());
+                    WorkGate {
+                        open: Arc::new(move || o.load(Ordering::Acquire) > k),
+                        finished: Arc::new(move || {
+                            f[k].fetch_add(1, Ordering::AcqRel);
+                        }),
+                    }
+                })
+                .collect();
+            // Checks each closed piece's output before opening it, as a stream's copy-in would land.
+            let outs: Vec<(usize, usize)> = out.iter().map(|v| (v.as_ptr() as usize, v.len())).collect();
+            let opener = {
+                let opened = opened.clone();
+                std::thread::spawn(move || {
+                    for (k, &(p, len)) in outs.iter().enumerate() {
+                        std::thread::sleep(std::time::Duration::from_millis(3 + 4 * rank as u64));
+                        // SAFETY: `out[k]` lives until the group returns, after this thread is joined
+                        // for the last gate; while gate k is closed no one writes it.
+                        let untouched =
+                            unsafe { std::slice::from_raw_parts(p as *const f32, len) }.iter().all(|&x| x == -1.0);
+                        assert!(untouched, "rank {rank}: piece {k} written before its gate opened");
+                        opened.store(k + 1, Ordering::Release);
+                    }
+                })
+            };
+            ferroccl::coll::run_gated(&c, &reqs, gates).expect("gated group");
+            opener.join().expect("opener");
+            for (k, &m) in counts.iter().enumerate() {
+                let ranks: usize = (0..n).sum();
+                let want: Vec<f32> = (0..m).map(|i| (n * ((i % 251) + k) + ranks) as f32).collect();
+                assert!(out[k] == want, "rank {rank}: piece {k} wrong");
+                assert_eq!(finished[k].load(Ordering::Acquire), 1, "rank {rank}: piece {k} said complete once");
+            }
+        });
+    }
+}
