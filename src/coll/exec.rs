@@ -798,8 +798,11 @@ fn run_local(work: &Work, ws: &mut WorkState, op: &LocalOp) -> Result<()> {
 /// only yields, and naps briefly after a long idle stretch so oversubscribed ranks share cores.
 fn wait_for_io(comms: &[CommWork<'_>], states: &[CommState], idle_rounds: u32) {
     let mut fds: Vec<libc::pollfd> = Vec::new();
-    // Node operations wait on counters in shared memory: nothing to sleep on.
-    let mut must_spin = states.iter().any(|st| !st.node_works.is_empty());
+    // Node operations wait on counters in shared memory, gated works on a stream's flag in
+    // pinned memory: nothing to sleep on (a poll would sleep its whole timeout past a gate
+    // that opens meanwhile).
+    let mut must_spin = states.iter().any(|st| !st.node_works.is_empty())
+        || comms.iter().any(|cw| cw.works.iter().any(|w| w.gate.is_some()));
     let mut add = |h: Option<WaitHint>| match h {
         Some(h) => {
             let mut events = 0;

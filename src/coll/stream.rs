@@ -565,10 +565,15 @@ fn enqueue_chunked(w: &Worker, comm: Arc<Comm>, req: OpRequest, plan: &ChunkPlan
     queued.map(|()| last)
 }
 
+/// Pieces of one operation in flight at once: the next one's first transfers queue behind
+/// the current one's last, and no more (every piece in flight posts receives, each with its
+/// own staging: all of them at once measured slower than one at a time, round 22).
+const PIECES_IN_FLIGHT: usize = 2;
+
 /// The gates of `n` pieces numbered from `first` on stream slot `slot`: piece k opens when the
-/// stream's ready flag reaches first + k; when it completes, the done flag moves to the last
-/// piece of the unbroken run of complete pieces from the first (the stream copies pieces out
-/// in order, so a later piece complete early waits for the ones before it).
+/// stream's ready flag reaches first + k and piece k - [`PIECES_IN_FLIGHT`] is complete; when
+/// it completes, the done flag moves to the last piece of the unbroken run of complete pieces
+/// from the first (the stream copies pieces out in order).
 fn piece_gates(shared: &Arc<Shared>, slot: usize, first: u32, n: usize) -> Vec<super::exec::WorkGate> {
     debug_assert!(n <= 64);
     let complete = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -576,9 +581,12 @@ fn piece_gates(shared: &Arc<Shared>, slot: usize, first: u32, n: usize) -> Vec<s
         .map(|k| {
             let seq = first.wrapping_add(k as u32);
             let (ready, done) = (shared.clone(), shared.clone());
-            let complete = complete.clone();
+            let (complete, before) = (complete.clone(), complete.clone());
+            let behind: u64 = if k >= PIECES_IN_FLIGHT { 1 << (k - PIECES_IN_FLIGHT) } else { 0 };
             super::exec::WorkGate {
-                open: Arc::new(move || reached(ready.flags.ready(slot), seq)),
+                open: Arc::new(move || {
+                    before.load(Ordering::Acquire) & behind == behind && reached(ready.flags.ready(slot), seq)
+                }),
                 finished: Arc::new(move || {
                     let bits = complete.fetch_or(1 << k, Ordering::AcqRel) | 1 << k;
                     let run = bits.trailing_ones();
