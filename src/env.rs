@@ -190,7 +190,7 @@ pub static PARAMS: &[Param] = &[
         Bytes,
         "1048576",
         "Device-buffer operations staged through host memory (ranks on other GPUs or hosts) are cut \
-         into pieces of at least this many bytes (at most 64), whose copies overlap the transfers; \
+         into pieces of at least this many bytes (at most 16), whose copies overlap the transfers; \
          smaller operations than two pieces run whole",
     ),
     param(

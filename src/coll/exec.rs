@@ -11,7 +11,6 @@
 //! without progress ends the call with an error, releasing the connections.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::plan::{BufId, LocalOp, Plan, RecvAction, Slice, Step};
@@ -45,23 +44,6 @@ pub struct Work {
     pub node: Option<super::node::NodeOp>,
     /// The call's signature, sent with every message and compared by the receiver.
     pub sig: OpSig,
-    /// When the work may start, and whom to tell once it is complete (staged pieces of a
-    /// device-buffer operation: a piece starts once the stream has copied it in, and is
-    /// copied out as soon as it is complete, while later pieces still run).
-    pub gate: Option<WorkGate>,
-}
-
-/// See [`Work::gate`].
-#[derive(Clone)]
-pub struct WorkGate {
-    pub open: Arc<dyn Fn() -> bool + Send + Sync>,
-    pub finished: Arc<dyn Fn() + Send + Sync>,
-}
-
-impl WorkGate {
-    fn is_open(gate: &Option<WorkGate>) -> bool {
-        gate.as_ref().is_none_or(|g| (g.open)())
-    }
 }
 
 // SAFETY: Work only carries addresses of memory its submitter keeps alive until completion.
@@ -470,20 +452,15 @@ fn check_slices(work: &Work, step: &Step) -> Result<()> {
 }
 
 fn deps_done(work: &Work, ws: &WorkState, s: usize) -> bool {
-    work.plan.steps[s].deps.iter().all(|&d| ws.done[d as usize]) && WorkGate::is_open(&work.gate)
+    work.plan.steps[s].deps.iter().all(|&d| ws.done[d as usize])
 }
 
-fn mark_done(works: &[Work], st: &mut CommState, (w, s): StepRef) {
+fn mark_done(st: &mut CommState, (w, s): StepRef) {
     let ws = &mut st.work_state[w];
     debug_assert!(!ws.done[s]);
     ws.done[s] = true;
     ws.remaining -= 1;
     st.remaining -= 1;
-    if ws.remaining == 0 {
-        if let Some(g) = &works[w].gate {
-            (g.finished)();
-        }
-    }
 }
 
 /// Address of a slice (bounds were checked in `reset_state`).
@@ -506,16 +483,13 @@ fn progress_comm(
     let mut progressed = false;
 
     // The node-level operation in front, if any.
-    if let Some(&w) = st.node_works.front().filter(|&&w| WorkGate::is_open(&cw.works[w].gate)) {
+    if let Some(&w) = st.node_works.front() {
         let area = cw.links.node_area().ok_or_else(|| Error::internal("node operation without a node area"))?;
         let op = cw.works[w].node.as_mut().expect("node_works holds node operations");
         progressed |= op.progress(area, &mut st.work_state[w].scratch)?;
         if op.is_done() {
             st.node_works.pop_front();
             st.remaining -= 1;
-            if let Some(g) = &cw.works[w].gate {
-                (g.finished)();
-            }
         }
     }
 
@@ -527,7 +501,7 @@ fn progress_comm(
             let Step::Local(op) = cw.works[w].plan.steps[s].step else { unreachable!("locals hold local steps") };
             run_local(&cw.works[w], &mut st.work_state[w], &op)?;
             st.locals.swap_remove(i);
-            mark_done(&cw.works, st, (w, s));
+            mark_done(st, (w, s));
             progressed = true;
         } else {
             i += 1;
@@ -557,8 +531,8 @@ fn progress_comm(
         pool.push(std::mem::take(&mut staging));
         st.send_queues[me].pop_front();
         st.recv_queues[me].pop_front();
-        mark_done(&cw.works, st, (sw, ss));
-        mark_done(&cw.works, st, (rw, rs));
+        mark_done(st, (sw, ss));
+        mark_done(st, (rw, rs));
         progressed = true;
     }
 
@@ -658,7 +632,7 @@ fn progress_comm(
         let conn = cw.links.send_conn(peer)?;
         if conn.test(req).map_err(|e| name_ranks(e, me, peer))?.is_some() {
             st.posted_sends.swap_remove(i);
-            mark_done(&cw.works, st, r);
+            mark_done(st, r);
             progressed = true;
         } else {
             i += 1;
@@ -679,7 +653,7 @@ fn progress_comm(
             apply_recv(&cw.works[w], &mut st.work_state[w], &dst, &action, &staging)?;
             pool.push(staging);
         }
-        mark_done(&cw.works, st, (w, s));
+        mark_done(st, (w, s));
         progressed = true;
     }
     Ok(progressed)
@@ -798,11 +772,8 @@ fn run_local(work: &Work, ws: &mut WorkState, op: &LocalOp) -> Result<()> {
 /// only yields, and naps briefly after a long idle stretch so oversubscribed ranks share cores.
 fn wait_for_io(comms: &[CommWork<'_>], states: &[CommState], idle_rounds: u32) {
     let mut fds: Vec<libc::pollfd> = Vec::new();
-    // Node operations wait on counters in shared memory, gated works on a stream's flag in
-    // pinned memory: nothing to sleep on (a poll would sleep its whole timeout past a gate
-    // that opens meanwhile).
-    let mut must_spin = states.iter().any(|st| !st.node_works.is_empty())
-        || comms.iter().any(|cw| cw.works.iter().any(|w| w.gate.is_some()));
+    // Node operations wait on counters in shared memory: nothing to sleep on.
+    let mut must_spin = states.iter().any(|st| !st.node_works.is_empty());
     let mut add = |h: Option<WaitHint>| match h {
         Some(h) => {
             let mut events = 0;

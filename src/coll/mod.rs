@@ -11,6 +11,7 @@
 
 pub mod algo;
 pub mod exec;
+pub mod local_order;
 pub mod node;
 pub mod one_gpu;
 pub mod plan;
@@ -37,6 +38,8 @@ pub(crate) struct LayerState {
     /// The one-GPU path's flag page, once a device operation used it.
     pub gpu: Option<Arc<one_gpu::CommGpu>>,
     pub gpu_logged: bool,
+    /// The staged path's submission order among ranks of this process, once decided.
+    pub staged_order: Option<Option<Arc<local_order::LocalOrder>>>,
 }
 
 /// Which operation, with its root or peer.
@@ -177,20 +180,6 @@ pub fn run(by_comm: &[(Arc<Comm>, Vec<OpRequest>)]) -> Result<()> {
     exec::execute(&mut comm_works)
 }
 
-/// Runs one communicator's operations as one group, each starting once its gate opens (the
-/// staged pieces of one device-buffer operation, `stream`): later pieces overlap earlier
-/// ones on the wire instead of each paying its own start and drain.
-pub fn run_gated(comm: &Arc<Comm>, reqs: &[OpRequest], gates: Vec<exec::WorkGate>) -> Result<()> {
-    let tuning = tuning()?;
-    let mut links = comm.links()?;
-    let mut works = reqs.iter().map(|r| prepare(comm, r, tuning)).collect::<Result<Vec<_>>>()?;
-    for (w, g) in works.iter_mut().zip(gates) {
-        w.gate = Some(g);
-    }
-    isolate_cross_op_inputs(&mut works);
-    exec::execute(&mut [CommWork { rank: comm.rank, links: &mut links, works }])
-}
-
 /// Runs one operation outside a group: the same as [`run`] without its per-group
 /// bookkeeping, which is a visible part of a small operation's cost. A node operation skips
 /// the executor's step queues too.
@@ -221,7 +210,6 @@ fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Resul
             send_copy: layout.send_copy,
             node: Some(node),
             sig: layout.sig,
-            gate: None,
         }),
         None => plan_work(comm, req, layout, tuning),
     }
@@ -323,7 +311,7 @@ fn plan_work(comm: &Comm, req: &OpRequest, layout: Layout, tuning: &'static algo
     let plan = plan_cache::cached_plan(comm, &args, choice.algorithm, tuning.chunk_bytes)?;
     log::debug!(target: "COLL", "{} count {} datatype {} in_place {in_place} algorithm {} steps {}", req.op.name(), req.count, req.dtype, plan.algorithm, plan.steps.len());
     let Layout { bufs, send_copy, sig, .. } = layout;
-    Ok(Work { plan, bufs, reduction: req.reduction, send_copy, node: None, sig, gate: None })
+    Ok(Work { plan, bufs, reduction: req.reduction, send_copy, node: None, sig })
 }
 
 /// The signature of a call (`wire::sig`): what every rank's matching call must agree on.

@@ -30,6 +30,11 @@
 //! are (a gather over the communicator): the only host-side wait is that of the other ranks for
 //! rank 0 to reach the same call, never for the GPU.
 //!
+//! Ranks that are threads of one process share its CUDA context and so its hardware queues:
+//! they submit their flag operations in turn (`local_order`), rank 0's waits only after its
+//! process mates' flag writes, and a mate's wait only after every mate's write (and rank 0's
+//! kernels, when rank 0 is a mate). Graph captures are not ordered this way.
+//!
 //! A rank that fails (a buffer it cannot export, a launch that fails) still writes and waits
 //! on its flags, so no stream waits forever; rank 0 marks the failure in the page and the
 //! others see it in `ncclCommGetAsyncError`. `ncclCommAbort` releases the stream waits of its
@@ -39,6 +44,7 @@ use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::local_order::{LocalOrder, Path};
 use super::reduce::Pre;
 use super::{buffer_lengths, CollOp, OpRequest};
 use crate::comm::Comm;
@@ -109,6 +115,9 @@ pub struct CommGpu {
     /// The stream of the last operation and an event recorded after it: orders a different
     /// next stream after it, and tells at destroy whether streams are through with the page.
     last: Mutex<Option<(Stream, Event)>>,
+    /// Ranks of this communicator that are threads of this process submit in turn
+    /// (`local_order`); `None` when this is the only one.
+    order: Option<LocalOrder>,
 }
 
 // SAFETY: the page is shared memory accessed through atomics (host) and stream memory
@@ -259,6 +268,7 @@ fn set_up_page(comm: &Arc<Comm>) -> Result<CommGpu> {
         submitted: AtomicU32::new(0),
         unsure: AtomicBool::new(false),
         last: Mutex::new(None),
+        order: LocalOrder::new(comm, Path::OneGpu),
     })
 }
 
@@ -295,11 +305,21 @@ pub fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<()> {
         order_after_last_stream(&g, stream)?;
     }
     let seq = g.submitted.load(Ordering::Relaxed).wrapping_add(1);
+    // Process mates: rank 0 waits on its stream for their flags only once they are submitted
+    // (local_order); a failure before that still publishes, so that nobody waits for ever.
+    let order = g.order.as_ref().filter(|_| !capturing);
     let result = if comm.rank == 0 {
-        lead(comm, &g, reqs, &all, desc_len, stream, capturing, seq)
+        let mates: Vec<usize> =
+            order.map_or_else(Vec::new, |o| o.local_ranks().iter().copied().filter(|&r| r != 0).collect());
+        order
+            .map_or(Ok(()), |o| o.wait_seq(comm, &mates, u64::from(seq)))
+            .and_then(|()| lead(comm, &g, reqs, &all, desc_len, stream, capturing, seq))
     } else {
         follow(comm, &g, reqs, stream, capturing, seq)
     };
+    if let Some(o) = order {
+        o.publish_seq(u64::from(seq));
+    }
     g.submitted.store(seq, Ordering::Release);
     if !capturing {
         record_last_stream(&g, stream)?;
@@ -359,10 +379,16 @@ fn follow(comm: &Comm, g: &CommGpu, reqs: &[OpRequest], stream: Stream, capturin
             true,
         );
     }
-    stream.flag_ops(
-        &[FlagOp::Write(g.flag_addr(r, Word::ReadySeq), seq), FlagOp::WaitGeq(g.flag_addr(r, Word::DoneSeq), seq)],
-        false,
-    )
+    let ready = FlagOp::Write(g.flag_addr(r, Word::ReadySeq), seq);
+    let wait = FlagOp::WaitGeq(g.flag_addr(r, Word::DoneSeq), seq);
+    let Some(order) = &g.order else { return stream.flag_ops(&[ready, wait], false) };
+    // Process mates (local_order): the wait goes in once every mate has submitted its flag
+    // write, and rank 0, when it is a mate, its kernels and done flags.
+    stream.flag_ops(&[ready], false)?;
+    order.publish_seq(u64::from(seq));
+    let others: Vec<usize> = order.local_ranks().iter().copied().filter(|&m| m != r).collect();
+    order.wait_seq(comm, &others, u64::from(seq))?;
+    stream.flag_ops(&[wait], false)
 }
 
 /// Rank 0: wait for every rank's stream, run everything, release every rank.

@@ -8,11 +8,10 @@
 //! worker:                            wait ready[*] >= seq -> run the host engine on staging -> done = seq
 //! ```
 //!
-//! An operation of two pieces and more is cut (pieces of at least FERROCCL_STAGE_PIECE, 1 MiB,
-//! at most [`MAX_PIECES`] of them), each with its own sequence number: the stream queues every
-//! piece's copy-in and ready flag, then each piece's done wait and copy-out. The worker runs
-//! the pieces as one group, each starting when it has landed, so the copies of one piece
-//! overlap the network transfer of the others and the transfers run back to back.
+//! An operation of 2 MiB and more is cut into pieces (at least FERROCCL_STAGE_PIECE, at most
+//! [`MAX_PIECES`] of them), each with its own sequence number:
+//! the stream queues every piece's copy-in and ready flag, then each piece's done wait and
+//! copy-out, so the copies of one piece overlap the network transfer of the others.
 //!
 //! The host engine ([`super::run`]) runs unchanged on the staged copies, on a worker thread
 //! that belongs to the calling thread (so one thread's calls keep their order, and ranks that
@@ -36,6 +35,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use super::local_order::LocalOrder;
 use super::{buffer_lengths, one_gpu, CollOp, OpRequest};
 use crate::comm::{Comm, CommState};
 use crate::cuda::driver::{self, Context};
@@ -173,10 +173,6 @@ struct Job {
     /// Queuing its stream work failed part-way: the worker only signals done, so that whatever
     /// the streams already wait for is released.
     abandoned: bool,
-    /// The pieces of one cut operation (one per request, sequence numbers seq - n + 1 ..= seq):
-    /// each starts once its copy-in has landed and says when it is complete. Empty: the job
-    /// starts once every stream has copied everything in.
-    gates: Vec<super::exec::WorkGate>,
 }
 
 // SAFETY: a job carries addresses of staging memory it owns and of host buffers whose
@@ -229,13 +225,10 @@ fn worker_loop(shared: &Shared, jobs: mpsc::Receiver<Job>) {
         log::warn!(target: "INIT", "stream worker: {e}");
     }
     while let Ok(mut job) = jobs.recv() {
-        // A cut operation waits here for its first piece only (the others follow within the
-        // copies' time, and the executor lets each start when it lands).
-        let first = job.seq.wrapping_sub(job.gates.len().saturating_sub(1) as u32);
         let waited = if job.abandoned {
             Err(Error::internal("queuing the device operation on its stream failed (see the caller's error)"))
         } else {
-            wait_ready(shared, &job, first)
+            wait_ready(shared, &job)
         };
         let result = waited.and_then(|()| {
             for (comm, reqs) in &mut job.by_comm {
@@ -244,10 +237,7 @@ fn worker_loop(shared: &Shared, jobs: mpsc::Receiver<Job>) {
                     read_staged_scalar(req)?;
                 }
             }
-            match (job.by_comm.as_slice(), job.gates.is_empty()) {
-                ([(comm, reqs)], false) => super::run_gated(comm, reqs, std::mem::take(&mut job.gates)),
-                _ => super::run(&job.by_comm),
-            }
+            super::run(&job.by_comm)
         });
         if let Err(e) = &result {
             log::warn!(target: "COLL", "device-buffer operation failed: {e}");
@@ -266,13 +256,13 @@ fn worker_loop(shared: &Shared, jobs: mpsc::Receiver<Job>) {
     }
 }
 
-/// Waits until every stream of the job has copied its inputs (of operation `seq`). Gives up
-/// when a communicator of the job is aborted (its streams are then released with the others).
-fn wait_ready(shared: &Shared, job: &Job, seq: u32) -> Result<()> {
+/// Waits until every stream of the job has copied its inputs. Gives up when a communicator
+/// of the job is aborted (its streams are then released with the others).
+fn wait_ready(shared: &Shared, job: &Job) -> Result<()> {
     let start = Instant::now();
     let mut spins = 0u32;
     loop {
-        if job.slots.iter().all(|&slot| reached(shared.flags.ready(slot), seq)) {
+        if job.slots.iter().all(|&slot| reached(shared.flags.ready(slot), job.seq)) {
             return Ok(());
         }
         if job.by_comm.iter().any(|(c, _)| c.state() == CommState::Aborted) {
@@ -372,6 +362,7 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
     }
     let shared = &w.shared;
     let seq = shared.submitted.load(Ordering::Relaxed).wrapping_add(1);
+    let order = MatesOrder::count(&ops);
     // Streams in order of first use, with the operations on each.
     let mut streams: Vec<(Stream, usize)> = Vec::new();
     for (_, req) in &ops {
@@ -418,8 +409,13 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
         }
         staged.push((comm, host));
     }
+    // Every stream's flag first, then the waits: a wait holds up whatever was submitted after
+    // it on its hardware queue (see local_order), this rank's other streams included.
     for &(stream, slot) in &streams {
         stream.write_flag(shared.flags.ready_addr(slot), seq)?;
+    }
+    order.publish_and_wait()?;
+    for &(stream, slot) in &streams {
         stream.wait_flag(shared.flags.done_addr(), seq)?;
         for &(s, dst, src, len) in &copies_out {
             if s == stream {
@@ -431,8 +427,7 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
     }
     let by_comm = super::by_communicator(staged);
     shared.submitted.store(seq, Ordering::Relaxed);
-    let slots = streams.iter().map(|&(_, slot)| slot).collect();
-    let job = Job { seq, by_comm, slots, staging, abandoned: false, gates: Vec::new() };
+    let job = Job { seq, by_comm, slots: streams.iter().map(|&(_, slot)| slot).collect(), staging, abandoned: false };
     w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
     Ok(seq)
 }
@@ -450,20 +445,22 @@ fn read_staged_scalar(req: &mut OpRequest) -> Result<()> {
 }
 
 /// The smallest piece a staged operation is cut into (FERROCCL_STAGE_PIECE, default 1 MiB):
-/// each piece is copied in, reduced or moved by the host engine, and copied out on its own,
-/// so that the copies of one piece overlap the network transfer of others.
+/// each piece is copied in, reduced or moved by the host engine, and copied out on its own, so
+/// that the copies of one piece overlap the network transfer of others. Large enough that the
+/// host engine runs each near full speed (1 MiB over sockets runs within 10-30% of 8 MiB).
+/// Running an operation's pieces as one group instead, each starting as it lands, measured
+/// slower from 16 MiB (rounds 22-23: 2.1-2.9 GB/s against 2.6-3.8).
 fn piece_bytes() -> usize {
     static PIECE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *PIECE.get_or_init(|| (crate::env::get_bytes("FERROCCL_STAGE_PIECE") as usize).max(4096))
 }
 /// Pieces of one operation at most: the first copy-in and the last copy-out are not
-/// overlapped, so they are 1/64 of the copies or less (the pieces run as one group, so more
-/// of them cost little; the completion mask is 64 bits).
-const MAX_PIECES: usize = 64;
+/// overlapped, so they are 1/16 of the copies or less; more pieces would only add per-operation
+/// work on the host.
+const MAX_PIECES: usize = 16;
 
 /// How to cut a staged operation: element ranges [a, b) of every buffer, in order, covering
-/// the per-rank count exactly, in pieces of at least `chunk_bytes` and at most [`MAX_PIECES`].
-/// `None`: run it whole, when it is small, when its pieces are
+/// the per-rank count exactly, in pieces of at least `chunk_bytes` and at most [`MAX_PIECES`]. `None`: run it whole, when it is small, when its pieces are
 /// not contiguous ranges (all-gather, reduce-scatter, all-to-all, gather and scatter: pieces of
 /// their per-rank blocks need strided copies, which have not run on a GPU yet), or for
 /// point-to-point (see below).
@@ -496,10 +493,7 @@ fn chunk_plan(req: &OpRequest, chunk_bytes: usize) -> Option<ChunkPlan> {
 
 /// Queues one large operation as pieces ([`ChunkPlan`]): every piece's copy-in and ready flag
 /// first, then per piece a wait for its done flag and its copy-out. The worker runs the
-/// pieces as one group of host operations (sequence numbers first..=last): each starts once
-/// its ready flag says it landed, and the done flag moves to a piece as soon as it and every
-/// piece before it are complete, so the copies overlap the transfers at both ends and the
-/// wire stays busy from one piece to the next.
+/// pieces in order as separate host operations (sequence numbers first..=last).
 fn enqueue_chunked(w: &Worker, comm: Arc<Comm>, req: OpRequest, plan: &ChunkPlan) -> Result<u32> {
     let shared = &w.shared;
     let stream = req.stream;
@@ -511,13 +505,14 @@ fn enqueue_chunked(w: &Worker, comm: Arc<Comm>, req: OpRequest, plan: &ChunkPlan
     let scalar_stage = if req.pre_device.is_some() { Some(shared.take_staging(8)?) } else { None };
     let first = shared.submitted.load(Ordering::Relaxed).wrapping_add(1);
     let last = first.wrapping_add(plan.ranges.len() as u32 - 1);
-    let mut pieces = Vec::with_capacity(plan.ranges.len());
+    let mut jobs = Vec::with_capacity(plan.ranges.len());
+    let order = MatesOrder::count(&[(comm.clone(), req)]);
     let queued = (|| -> Result<()> {
         if let (Some(at), Some(s)) = (req.pre_device, &scalar_stage) {
-            // SAFETY: the staging buffers are kept (by the job, then the pool's busy marks)
-            // until the stream has passed the last copy-out; the sources are the caller's
-            // device buffers, valid per the API contract. Offsets below stay inside the
-            // buffers: the ranges cover `count` exactly.
+            // SAFETY: the staging buffers are kept (by the last piece's job, then the pool's
+            // busy marks) until the stream has passed the last copy-out; the sources are the
+            // caller's device buffers, valid per the API contract. Offsets below stay inside
+            // the buffers: the ranges cover `count` exactly.
             unsafe { stream.copy(s.mem.as_ptr(), at as *const u8, es)? };
         }
         for (k, &(a, b)) in plan.ranges.iter().enumerate() {
@@ -538,9 +533,16 @@ fn enqueue_chunked(w: &Worker, comm: Arc<Comm>, req: OpRequest, plan: &ChunkPlan
             if let Some(st) = &recv_stage {
                 host.recv = st.mem.as_ptr().wrapping_add(a * es);
             }
-            pieces.push(host);
+            jobs.push(Job {
+                seq,
+                by_comm: vec![(comm.clone(), vec![host])],
+                slots: vec![slot],
+                staging: Vec::new(),
+                abandoned: false,
+            });
             stream.write_flag(shared.flags.ready_addr(slot), seq)?;
         }
+        order.publish_and_wait()?;
         for (k, &(a, b)) in plan.ranges.iter().enumerate() {
             stream.wait_flag(shared.flags.done_addr(), first.wrapping_add(k as u32))?;
             let Some(st) = &recv_stage else { continue };
@@ -549,54 +551,97 @@ fn enqueue_chunked(w: &Worker, comm: Arc<Comm>, req: OpRequest, plan: &ChunkPlan
         }
         stream.write_flag(shared.flags.out_addr(slot), last)
     })();
-    let gates = piece_gates(&w.shared, slot, first, plan.ranges.len());
-    // The job goes to the worker even when queuing failed part-way (abandoned: it only
-    // signals done up to `last`): a stream may already wait for any of its numbers.
-    let job = Job {
-        seq: last,
-        by_comm: vec![(comm, pieces)],
-        slots: vec![slot],
-        staging: [send_stage, recv_stage, scalar_stage].into_iter().flatten().collect(),
-        abandoned: queued.is_err(),
-        gates,
-    };
+    // Every sequence number up to `last` goes to the worker, even when queuing failed part-way:
+    // a stream may already wait for any of them.
+    while jobs.len() < plan.ranges.len() {
+        let seq = first.wrapping_add(jobs.len() as u32);
+        jobs.push(Job {
+            seq,
+            by_comm: vec![(comm.clone(), Vec::new())],
+            slots: vec![slot],
+            staging: Vec::new(),
+            abandoned: true,
+        });
+    }
+    if queued.is_err() {
+        for job in &mut jobs {
+            job.abandoned = true;
+        }
+    }
+    if let Some(job) = jobs.last_mut() {
+        job.staging = [send_stage, recv_stage, scalar_stage].into_iter().flatten().collect();
+    }
     shared.submitted.store(last, Ordering::Relaxed);
-    w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
+    for job in jobs {
+        w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
+    }
     queued.map(|()| last)
 }
 
-/// Pieces of one operation in flight at once: the next one's first transfers queue behind
-/// the current one's last, and no more (every piece in flight posts receives, each with its
-/// own staging: all of them at once measured slower than one at a time, round 22).
-const PIECES_IN_FLIGHT: usize = 2;
+/// A staged job's place in the submission order of the ranks that are threads of this
+/// process (`local_order`): its waits go on its streams only once every process mate it
+/// exchanges with has submitted its own copy-ins and flags for the matching operations.
+struct MatesOrder {
+    /// Per communicator with process mates: the counts this job brings each partner to.
+    counts: Vec<CommCounts>,
+}
 
-/// The gates of `n` pieces numbered from `first` on stream slot `slot`: piece k opens when the
-/// stream's ready flag reaches first + k and piece k - [`PIECES_IN_FLIGHT`] is complete; when
-/// it completes, the done flag moves to the last piece of the unbroken run of complete pieces
-/// from the first (the stream copies pieces out in order).
-fn piece_gates(shared: &Arc<Shared>, slot: usize, first: u32, n: usize) -> Vec<super::exec::WorkGate> {
-    debug_assert!(n <= 64);
-    let complete = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    (0..n)
-        .map(|k| {
-            let seq = first.wrapping_add(k as u32);
-            let (ready, done) = (shared.clone(), shared.clone());
-            let (complete, before) = (complete.clone(), complete.clone());
-            let behind: u64 = if k >= PIECES_IN_FLIGHT { 1 << (k - PIECES_IN_FLIGHT) } else { 0 };
-            super::exec::WorkGate {
-                open: Arc::new(move || {
-                    before.load(Ordering::Acquire) & behind == behind && reached(ready.flags.ready(slot), seq)
-                }),
-                finished: Arc::new(move || {
-                    let bits = complete.fetch_or(1 << k, Ordering::AcqRel) | 1 << k;
-                    let run = bits.trailing_ones();
-                    if run > 0 {
-                        done.flags.set_done(first.wrapping_add(run - 1));
-                    }
-                }),
+/// A communicator, its order, and (partner, count) pairs.
+type CommCounts = (Arc<Comm>, Arc<LocalOrder>, Vec<(usize, u64)>);
+
+impl MatesOrder {
+    /// Counts the job's operations with their partners (a collective: every rank; a send or
+    /// receive: its peer). Every rank counts every operation, whatever then fails.
+    fn count(ops: &[(Arc<Comm>, OpRequest)]) -> MatesOrder {
+        let mut counts: Vec<CommCounts> = Vec::new();
+        for (comm, req) in ops {
+            let Some(order) = LocalOrder::staged(comm) else { continue };
+            let partners: Vec<usize> = match req.op {
+                CollOp::Send { peer } | CollOp::Recv { peer } => vec![peer],
+                _ => (0..comm.nranks).collect(),
+            };
+            let reached = order.count(partners.into_iter());
+            let at = match counts.iter().position(|(c, _, _)| Arc::ptr_eq(c, comm)) {
+                Some(i) => i,
+                None => {
+                    counts.push((comm.clone(), order, Vec::new()));
+                    counts.len() - 1
+                }
+            };
+            let merged = &mut counts[at].2;
+            for (p, k) in reached {
+                match merged.iter_mut().find(|(q, _)| *q == p) {
+                    Some(e) => e.1 = e.1.max(k),
+                    None => merged.push((p, k)),
+                }
             }
-        })
-        .collect()
+        }
+        MatesOrder { counts }
+    }
+
+    /// This rank has submitted its share (also said when queuing failed part-way, so that
+    /// no mate waits for it for ever).
+    fn publish(&self) {
+        for (_, order, counts) in &self.counts {
+            order.publish_counts(counts);
+        }
+    }
+
+    fn publish_and_wait(&self) -> Result<()> {
+        self.publish();
+        for (comm, order, counts) in &self.counts {
+            order.wait_counts(comm, counts)?;
+        }
+        Ok(())
+    }
+}
+
+/// Every way out of an enqueue publishes (idempotent): a failure part-way must not leave
+/// mates waiting.
+impl Drop for MatesOrder {
+    fn drop(&mut self) {
+        self.publish();
+    }
 }
 
 fn wait_for(seq: u32) -> Result<()> {
