@@ -380,6 +380,37 @@ fn gpu_processes_ipc() {
     gpu_processes(4, &[]);
 }
 
+/// Rank threads of one process share its CUDA context's hardware queues: with one queue for
+/// all streams, a rank's stream waiting on a flag holds up every stream submitted after it.
+/// Ranks submit their waits in turn (coll::local_order), so the one-GPU path and the staged
+/// send/receive still complete (before, this stopped every time, round 23). In a child
+/// process, as the variable only counts when the context is made; stopped after 90 s.
+#[test]
+fn rank_threads_with_one_hardware_queue() {
+    if skip("rank_threads_with_one_hardware_queue") {
+        return;
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "cuda::device_buffers_threads_2_and_3", "--nocapture", "--test-threads=1"])
+        .env("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+        .env("FERROCCL_TIMEOUT", "60")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(90) {
+            child.kill().ok();
+            panic!("rank threads on one hardware queue still running after 90 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains("1 passed"), "{text}");
+}
+
 #[test]
 fn gpu_processes_staged() {
     if skip("gpu_processes_staged") {
