@@ -89,7 +89,11 @@ pub enum Counter {
 pub const DESC_WORDS: usize = 12;
 /// Offset of the descriptor in a control block, after the counters' lines.
 const DESC_OFFSET: usize = 192;
+/// Offset of the claim word ([`NodeArea::claim`]), on the line between the counters and the
+/// descriptor: written only by operations that share out work.
+const CLAIM_OFFSET: usize = 128;
 
+const _: () = assert!(CLAIM_OFFSET >= 128 && CLAIM_OFFSET + 8 <= DESC_OFFSET);
 const _: () =
     assert!(DESC_OFFSET + DESC_WORDS * 8 <= TINY_OFFSET && TINY_OFFSET + TINY_DEPTH as usize * 64 <= CTRL_BYTES);
 const _: () = assert!(TINY_OFFSET % 64 == 0 && CTRL_BYTES % 64 == 0 && HEADER_BYTES % 64 == 0);
@@ -434,6 +438,27 @@ impl NodeArea {
         }
         self.note_idle()?;
         Ok(false)
+    }
+
+    /// Takes the next of `count` pieces of operation `seq` from `owner`'s claim word, which
+    /// every rank working on those pieces shares: `None` once all are taken. The word holds
+    /// `(seq as u32) << 32 | pieces taken`, so a word left by an earlier operation reads as
+    /// none taken. Callers must not leave the operation (mark Left) before their last claim.
+    pub fn claim(&self, owner: usize, seq: u64, count: usize) -> Option<usize> {
+        let word = self.ctrl_word(owner, CLAIM_OFFSET);
+        let tag = (seq as u32 as u64) << 32;
+        let mut w = word.load(Ordering::Relaxed);
+        loop {
+            let taken = if w & !0xffff_ffff == tag { w as u32 as usize } else { 0 };
+            if taken >= count {
+                return None;
+            }
+            // Relaxed: the pieces' data is published through the counters, not this word.
+            match word.compare_exchange_weak(w, tag | (taken as u64 + 1), Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Some(taken),
+                Err(now) => w = now,
+            }
+        }
     }
 
     /// This rank's tiny slot for operation `seq` (one of [`TINY_DEPTH`]): where its input goes before
