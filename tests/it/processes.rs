@@ -244,7 +244,7 @@ fn ordinary_buffers(rank: usize, comm: ncclComm_t) {
 /// copy together (the receiver pulling, the root pushing): both roots, in and out of place,
 /// byte counts that are no multiple of anything, back to back; also with the receiver's
 /// buffer from ncclMemAlloc (the root then writes it through its mapping) and with the
-/// root's (the receiver maps it and copies alone).
+/// root's (the receiver reads it through its mapping).
 fn large_broadcasts(rank: usize, comm: ncclComm_t) {
     const INT8: ncclDataType_t = ncclDataType_t(0);
     let s: *mut c_void = std::ptr::null_mut();
@@ -382,8 +382,8 @@ fn ordinary_buffers_across_processes() {
     }
 }
 
-/// Issue 15: 2-rank broadcasts of malloc'd buffers from 1 MiB, whose copy root and receiver
-/// share through kernel copies, are exact (see `large_broadcasts`).
+/// Issue 15: 2-rank broadcasts from 512 KiB, whose copy root and receiver share, are exact
+/// with malloc'd and ncclMemAlloc buffers (see `large_broadcasts`).
 #[test]
 fn large_broadcasts_across_processes() {
     if std::env::var(ROLE).is_ok() {
