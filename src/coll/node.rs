@@ -439,7 +439,7 @@ impl NodeOp {
         recv.staged = stage(&recv, recv_len);
         self.stage_send = send.staged;
         self.stage_recv = recv.staged;
-        area.publish(send, recv, pre);
+        area.publish(send, recv, pre, self.bytes);
         self.off = 0;
         // Our own first piece; fixed for all ranks once every rank has published.
         self.piece = if send.staged || recv.staged { self.staged_piece(area) } else { self.bytes };
@@ -870,6 +870,15 @@ impl NodeOp {
             if !area.reached(peer, Counter::Arrived, self.seq)? {
                 return Ok(false);
             }
+        }
+        // The root writes into the receiver's buffer: both must have been called with the
+        // same count, which the signatures compare only by digest.
+        let theirs_len = area.descriptor(peer).block;
+        if theirs_len != self.bytes as u64 {
+            return Err(Error::invalid_usage(format!(
+                "broadcast sizes differ: {} bytes on rank {me}, {theirs_len} on rank {peer}",
+                self.bytes
+            )));
         }
         let chunk = SPLIT_CHUNK;
         let chunks = self.bytes.div_ceil(chunk);
@@ -1339,6 +1348,40 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
+    }
+
+    /// A shared broadcast copy whose ranks were called with different sizes that the
+    /// signatures do not tell apart (a digest collision, here no signature at all) fails both
+    /// with ncclInvalidUsage before the root writes into the receiver's buffer.
+    #[test]
+    fn shared_broadcast_copy_refuses_different_sizes() {
+        use crate::transport::node_area::{areas_for_threads_with, SLOT_BYTES};
+        let mut areas = areas_for_threads_with(2, SLOT_BYTES, true);
+        let lens = [SPLIT_MIN, SPLIT_MIN + 64];
+        let input = vec![7u8; lens[1]];
+        let mut outs = [vec![0u8; lens[1]], vec![0u8; lens[1]]];
+        let mut ops: Vec<NodeOp> = (0..2)
+            .map(|r| {
+                let coll = NodeColl::Broadcast { root: 0 };
+                NodeOp::new(coll, NodeAlgo::Direct, input.as_ptr(), outs[r].as_mut_ptr(), lens[r], OpSig::NONE)
+                    .with_stage_max(0)
+            })
+            .collect();
+        let mut scratch = Vec::new();
+        let mut errs: [Option<Error>; 2] = [None, None];
+        for _ in 0..1000 {
+            for r in 0..2 {
+                if errs[r].is_none() {
+                    errs[r] = ops[r].progress(&mut areas[r], &mut scratch).err();
+                }
+            }
+        }
+        for (r, e) in errs.into_iter().enumerate() {
+            let e = e.unwrap_or_else(|| panic!("rank {r} did not fail"));
+            assert_eq!(e.code(), crate::error::ncclResult_t::ncclInvalidUsage, "rank {r}: {e}");
+            assert!(e.to_string().contains("broadcast sizes differ"), "rank {r}: {e}");
+        }
+        assert!(outs[1].iter().all(|&b| b == 0), "nothing was copied");
     }
 
     /// Calls that differ fail both ranks with ncclInvalidUsage naming the difference: through

@@ -85,8 +85,8 @@ pub enum Counter {
 /// Words of the descriptor: send and receive buffer, each as address, then (fd, serial,
 /// size, offset) of its ncclMemAlloc allocation (fd -1: none); then flags (bit 0: the rank
 /// pre-scales its input; bits 1 and 2: its send and receive buffer travel through its slot),
-/// and the scalar's bytes (PreMulSum scalars differ per rank).
-pub const DESC_WORDS: usize = 12;
+/// the scalar's bytes (PreMulSum scalars differ per rank), and the bytes of one rank's block.
+pub const DESC_WORDS: usize = 13;
 /// Offset of the descriptor in a control block, after the counters' lines.
 const DESC_OFFSET: usize = 192;
 /// Offset of the claim word ([`NodeArea::claim`]), on the line between the counters and the
@@ -140,6 +140,9 @@ pub struct Descriptor {
     pub recv: BufDesc,
     /// The PreMulSum scalar this rank scales its input by.
     pub pre_scalar: Option<[u8; 8]>,
+    /// Bytes of one rank's block in this rank's call: a peer that writes into this rank's
+    /// buffers checks it (the calls' signatures carry only a digest of the count).
+    pub block: u64,
 }
 
 impl Descriptor {
@@ -150,6 +153,7 @@ impl Descriptor {
             w[11] = u64::from_ne_bytes(s);
         }
         w[10] |= (u64::from(self.send.staged) << 1) | (u64::from(self.recv.staged) << 2);
+        w[12] = self.block;
         for (i, d) in [self.send, self.recv].iter().enumerate() {
             let o = i * 5;
             w[o] = d.addr;
@@ -183,6 +187,7 @@ impl Descriptor {
             send: buf(0, flags >> 1 & 1 == 1),
             recv: buf(5, flags >> 2 & 1 == 1),
             pre_scalar: (flags & 1 == 1).then(|| w[11].to_ne_bytes()),
+            block: w[12],
         }
     }
 }
@@ -617,9 +622,9 @@ impl NodeArea {
         Ok(())
     }
 
-    /// Publishes this rank's buffers and input scalar (before marking `Arrived`).
-    pub fn publish(&self, send: BufDesc, recv: BufDesc, pre_scalar: Option<[u8; 8]>) {
-        let w = Descriptor { send, recv, pre_scalar }.encode();
+    /// Publishes this rank's buffers, input scalar and block size (before marking `Arrived`).
+    pub fn publish(&self, send: BufDesc, recv: BufDesc, pre_scalar: Option<[u8; 8]>, block: usize) {
+        let w = Descriptor { send, recv, pre_scalar, block: block as u64 }.encode();
         for (i, v) in w.iter().enumerate() {
             self.ctrl_word(self.rank, DESC_OFFSET + i * 8).store(*v, Ordering::Relaxed);
         }
@@ -747,6 +752,7 @@ mod tests {
             send: BufDesc { addr: 0x1000, shared: Some(shared), staged: false },
             recv: BufDesc { addr: 0x2000, shared: None, staged: true },
             pre_scalar: Some(2.5f64.to_ne_bytes()),
+            block: 12345,
         };
         assert_eq!(Descriptor::decode(&d.encode()), d);
         // Within the allocation, up to its end; not one byte past it, nor by overflow.
