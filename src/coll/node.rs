@@ -14,7 +14,9 @@
 //!   once, where a ring moves it twice.
 //! - **Pull** all-gather and broadcast: every rank copies the blocks it lacks straight from
 //!   the owners' send buffers into its own receive buffer (one copy per byte). Small
-//!   all-gathers go one-shot instead, copying slots where an all-reduce folds them.
+//!   all-gathers go one-shot instead, copying slots where an all-reduce folds them. A large
+//!   2-process broadcast is copied by both: the receiver pulls chunks while the root pushes
+//!   others.
 //!
 //! Both are state machines the executor polls (`progress` never blocks), so one thread can
 //! drive the ranks of several communicators, and each rank folds the same inputs in the same
@@ -68,7 +70,8 @@ pub const STAGE_MAX: usize = usize::MAX;
 /// - all-gather: 2 ranks 16 KiB 3.2 vs 3.9, 64 KiB 7.4 vs 5.2; 8 ranks slots always (64 MiB
 ///   13.1 ms vs 18.3); 16 ranks 256 KiB 30 vs 48, 1 MiB 186 vs 200, 4 MiB 816 vs 716.
 /// - broadcast: 2 ranks, one kernel copy beats two copies (slots 2 MiB 298 vs 225, 8 MiB 1153
-///   vs 866); more ranks read the root's slot at once, 2x Open MPI at 16 ranks.
+///   vs 866), and from [`SPLIT_MIN`] root and receiver share it; more ranks read the root's
+///   slot at once, 2x Open MPI at 16 ranks.
 ///
 /// Kernel copies cost more on the 2-core VM (bench/results/malloc-buffers-2core-2026-12-04.md):
 /// there slots win everywhere but the 2-rank all-gather, by 3-4x for a 2-rank all-reduce
@@ -94,6 +97,17 @@ pub fn default_stage_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -
 }
 /// Bytes reduced at a time: the partial result and one input stay in cache.
 const PIECE: usize = 64 << 10;
+/// Bytes the root and the receiver of a shared broadcast copy ([`NodeOp::shared_copy`])
+/// take at a time: a system call per chunk costs little next to its copy, and the one left
+/// last keeps one side waiting briefly. Measured on the 2-core VM (2 ranks, us per 2 / 8 /
+/// 32 MiB out of place): 128 KiB 131 / 688 / 4970, 256 KiB 119 / 682 / 5379, 1 MiB 131 /
+/// 576 / 5203; 16 and 64 KiB slower from 512 KiB on.
+const SPLIT_CHUNK: usize = 256 << 10;
+/// Smallest 2-process broadcast whose copy the root and the receiver share: two chunks.
+/// Measured on the 2-core VM with malloc'd buffers against the receiver's one kernel copy
+/// (us, out of place / in place): 512 KiB 34 / 22 against 40 / 40; 128 KiB, one chunk, 11
+/// against 13.
+const SPLIT_MIN: usize = 2 * SPLIT_CHUNK;
 /// Out-of-place messages from this size on are written out with non-temporal stores: they do
 /// not fit in cache anyway, and a normal store first reads each destination line (a third
 /// memory stream). In place, the destination lines were just read, so normal stores win.
@@ -194,6 +208,8 @@ pub struct NodeOp {
     piece: usize,
     /// Direct all-reduce: the round whose result waits for every rank to leave it.
     draining: Option<Drain>,
+    /// Shared broadcast copy: the root has copied its input to its own output.
+    own_copied: bool,
     /// The call's signature, announced in the area and compared with the peers'.
     sig: OpSig,
 }
@@ -219,6 +235,7 @@ impl NodeOp {
             off: 0,
             piece: bytes,
             draining: None,
+            own_copied: false,
             sig,
         }
     }
@@ -265,6 +282,8 @@ impl NodeOp {
             Phase::Start | Phase::Done => Vec::new(),
             Phase::WaitSlot => area.behind(Counter::Left, self.seq.saturating_sub(reuse_distance(ringed))),
             Phase::WaitArrived => match self.coll {
+                // A root that shares the copy waits for the receiver's descriptor.
+                NodeColl::Broadcast { root } if root == area.rank() => behind,
                 NodeColl::Broadcast { root } => behind.into_iter().filter(|&r| r == root).collect(),
                 NodeColl::Gather { root } if root != area.rank() => behind.into_iter().filter(|&r| r == root).collect(),
                 _ => behind,
@@ -439,7 +458,7 @@ impl NodeOp {
         recv.staged = stage(&recv, recv_len);
         self.stage_send = send.staged;
         self.stage_recv = recv.staged;
-        area.publish(send, recv, pre);
+        area.publish(send, recv, pre, self.bytes);
         self.off = 0;
         // Our own first piece; fixed for all ranks once every rank has published.
         self.piece = if send.staged || recv.staged { self.staged_piece(area) } else { self.bytes };
@@ -796,6 +815,19 @@ impl NodeOp {
                     None => self.fix_piece(area, 0..n),
                     Some(r) => self.fix_piece(area, r..r + 1),
                 }
+                if let Some(r) = root.filter(|&r| self.split_copy(area, r)) {
+                    if !self.shared_copy(area, r)? {
+                        return Ok(());
+                    }
+                    // The root pushed into our receive buffer until it marks Left.
+                    area.mark(Counter::Left, self.seq);
+                    self.phase = Phase::WaitLeft;
+                    self.wait_left(area)?;
+                    if r == me && self.phase == Phase::Done {
+                        area.check_peers()?;
+                    }
+                    return Ok(());
+                }
                 self.copy_round(area, root)?;
                 area.mark(Counter::Left, self.seq);
                 self.off += self.piece.min(block - self.off);
@@ -819,6 +851,71 @@ impl NodeOp {
             }
             return Ok(());
         }
+    }
+
+    /// Whether this broadcast's copy is shared between root and receiver: two ranks in
+    /// different processes, and the root's send buffer not staged. One copy by the receiver
+    /// alone leaves the root idle; Open MPI pipelines a copy in by the root and a copy out
+    /// by the receiver, so two cores copy. Decided from the root's published descriptor
+    /// alone, which both ranks read and which stays put until the receiver has left, so
+    /// both decide the same. Mapped (ncclMemAlloc) buffers gain too, copied with plain
+    /// loads and stores (2-core VM, us, out of place / in place, alone against shared: 8 MiB
+    /// 250 / 217 against 249 / 145, 128 MiB 15969 / 11558 against 12822 / 7786).
+    fn split_copy(&self, area: &NodeArea, root: usize) -> bool {
+        let send = area.descriptor(root).send;
+        area.nranks() == 2 && !area.peers_share_address_space() && !send.staged && self.bytes >= SPLIT_MIN
+    }
+
+    /// A shared broadcast copy: root and receiver take chunks of the message in turn from a
+    /// counter in the root's control block until none is left, so whichever copies faster
+    /// copies more: the receiver pulls its chunks from the root's send buffer, the root
+    /// pushes its chunks into the receiver's receive buffer. An out-of-place root first
+    /// copies its input to its own output, meanwhile the receiver has the chunks to itself.
+    /// (Copying each chunk taken to both outputs, so that the input is read once, measured
+    /// slower: a second kernel copy per chunk costs more than the root's plain copy.)
+    /// `false` while the root waits for the receiver's descriptor.
+    fn shared_copy(&mut self, area: &mut NodeArea, root: usize) -> Result<bool> {
+        let me = area.rank();
+        let peer = 1 - me;
+        if me == root {
+            if !self.own_copied {
+                if !std::ptr::eq(self.send, self.recv) {
+                    // SAFETY: our send and receive buffers hold `bytes` bytes each; NCCL's
+                    // in-place rule means they are the same or do not overlap.
+                    unsafe { std::ptr::copy_nonoverlapping(self.send, self.recv, self.bytes) };
+                }
+                self.own_copied = true;
+            }
+            if !area.reached(peer, Counter::Arrived, self.seq)? {
+                return Ok(false);
+            }
+        }
+        // The root writes into the receiver's buffer: both must have been called with the
+        // same count, which the signatures compare only by digest.
+        let theirs_len = area.descriptor(peer).block;
+        if theirs_len != self.bytes as u64 {
+            return Err(Error::invalid_usage(format!(
+                "broadcast sizes differ: {} bytes on rank {me}, {theirs_len} on rank {peer}",
+                self.bytes
+            )));
+        }
+        let chunk = SPLIT_CHUNK;
+        let chunks = self.bytes.div_ceil(chunk);
+        // The receiver's receive buffer (root) or the root's send buffer (receiver).
+        let theirs = area.peer_buf(peer, usize::from(me == root), self.bytes);
+        while let Some(k) = area.claim(root, self.seq, chunks) {
+            let off = k * chunk;
+            let len = chunk.min(self.bytes - off);
+            if me == root {
+                // SAFETY: our send buffer holds `bytes` >= off + len bytes.
+                copy_to(theirs, off, unsafe { std::slice::from_raw_parts(self.send.add(off), len) })?;
+            } else {
+                // SAFETY: our receive buffer holds `bytes` >= off + len bytes; chunk k of it
+                // is written by this rank only (claims are unique).
+                copy_from(theirs, off, unsafe { std::slice::from_raw_parts_mut(self.recv.add(off), len) })?;
+            }
+        }
+        Ok(true)
     }
 
     /// One round of a pull: this round's piece of every source's block into our output.
@@ -984,6 +1081,29 @@ fn slice_of(bytes: usize, elem: usize, rank: usize, n: usize) -> (usize, usize) 
 fn as_bytes_mut(words: &mut [u64]) -> &mut [u8] {
     // SAFETY: u64 storage viewed as bytes; same allocation and length in bytes.
     unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, words.len() * 8) }
+}
+
+/// Copies `out.len()` bytes at `off` of a peer's buffer into `out`.
+fn copy_from(from: PeerBuf, off: usize, out: &mut [u8]) -> Result<()> {
+    match from {
+        // SAFETY: callers pass a peer buffer that holds off + out.len() bytes, not written
+        // meanwhile, in another rank's memory (so not overlapping `out`).
+        PeerBuf::Direct(p) => unsafe { std::ptr::copy_nonoverlapping(p.add(off), out.as_mut_ptr(), out.len()) },
+        PeerBuf::Remote { pid, addr } => peer_mem::read_remote(pid, addr + off as u64, out)?,
+    }
+    Ok(())
+}
+
+/// Copies `data` to `off` of a peer's buffer.
+fn copy_to(to: PeerBuf, off: usize, data: &[u8]) -> Result<()> {
+    match to {
+        // SAFETY: callers pass a peer buffer that holds off + data.len() bytes, which only
+        // this rank writes there meanwhile, in another rank's memory (so not overlapping
+        // `data`).
+        PeerBuf::Direct(p) => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p.add(off), data.len()) },
+        PeerBuf::Remote { pid, addr } => write_remote(pid, addr + off as u64, data)?,
+    }
+    Ok(())
 }
 
 /// Writes `data` at `addr` in process `pid` (the peer's receive buffer).
@@ -1211,6 +1331,89 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
+    }
+
+    /// Two ranks that treat each other as separate processes broadcast buffers neither
+    /// stages, so root and receiver share the copy by claimed chunks: every root, in and out
+    /// of place, sizes that are no multiple of a chunk, back to back (the claim word is
+    /// reused), and below the split size; each result must be exact.
+    #[test]
+    fn shared_broadcast_copy_is_exact() {
+        use crate::transport::node_area::{areas_for_threads_with, SLOT_BYTES};
+        let areas = areas_for_threads_with(2, SLOT_BYTES, true);
+        let chunk = SPLIT_CHUNK;
+        let sizes = [SPLIT_MIN, SPLIT_MIN + 1, 5 * chunk + 3, 1 << 22, 64 << 10, 3 * chunk - 1, SPLIT_MIN * 3 + 77];
+        let input_of = |k: usize, len: usize| -> Vec<u8> { (0..len).map(|i| ((i * 31 + k * 7) % 251) as u8).collect() };
+        let threads: Vec<_> = areas
+            .into_iter()
+            .enumerate()
+            .map(|(me, mut area)| {
+                std::thread::spawn(move || {
+                    let mut scratch = Vec::new();
+                    for (k, &len) in sizes.iter().cycle().take(4 * sizes.len()).enumerate() {
+                        let root = (k / 2) % 2;
+                        let in_place = k % 2 == 1;
+                        let input = input_of(k, len);
+                        let mut out = if in_place && me == root { input.clone() } else { vec![0xee; len] };
+                        let send = if in_place || me != root { out.as_ptr() } else { input.as_ptr() };
+                        let mut op = NodeOp::new(
+                            NodeColl::Broadcast { root },
+                            NodeAlgo::Direct,
+                            send,
+                            out.as_mut_ptr(),
+                            len,
+                            OpSig::NONE,
+                        )
+                        .with_stage_max(0);
+                        while !op.is_done() {
+                            op.progress(&mut area, &mut scratch).unwrap();
+                        }
+                        if let Some(i) = (0..len).find(|&i| out[i] != input[i]) {
+                            panic!(
+                                "rank {me}, op {k} (root {root}, {len} bytes, in place {in_place}): byte {i} differs"
+                            );
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+
+    /// A shared broadcast copy whose ranks were called with different sizes that the
+    /// signatures do not tell apart (a digest collision, here no signature at all) fails both
+    /// with ncclInvalidUsage before the root writes into the receiver's buffer.
+    #[test]
+    fn shared_broadcast_copy_refuses_different_sizes() {
+        use crate::transport::node_area::{areas_for_threads_with, SLOT_BYTES};
+        let mut areas = areas_for_threads_with(2, SLOT_BYTES, true);
+        let lens = [SPLIT_MIN, SPLIT_MIN + 64];
+        let input = vec![7u8; lens[1]];
+        let mut outs = [vec![0u8; lens[1]], vec![0u8; lens[1]]];
+        let mut ops: Vec<NodeOp> = (0..2)
+            .map(|r| {
+                let coll = NodeColl::Broadcast { root: 0 };
+                NodeOp::new(coll, NodeAlgo::Direct, input.as_ptr(), outs[r].as_mut_ptr(), lens[r], OpSig::NONE)
+                    .with_stage_max(0)
+            })
+            .collect();
+        let mut scratch = Vec::new();
+        let mut errs: [Option<Error>; 2] = [None, None];
+        for _ in 0..1000 {
+            for r in 0..2 {
+                if errs[r].is_none() {
+                    errs[r] = ops[r].progress(&mut areas[r], &mut scratch).err();
+                }
+            }
+        }
+        for (r, e) in errs.into_iter().enumerate() {
+            let e = e.unwrap_or_else(|| panic!("rank {r} did not fail"));
+            assert_eq!(e.code(), crate::error::ncclResult_t::ncclInvalidUsage, "rank {r}: {e}");
+            assert!(e.to_string().contains("broadcast sizes differ"), "rank {r}: {e}");
+        }
+        assert!(outs[1].iter().all(|&b| b == 0), "nothing was copied");
     }
 
     /// Calls that differ fail both ranks with ncclInvalidUsage naming the difference: through

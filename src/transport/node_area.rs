@@ -85,11 +85,15 @@ pub enum Counter {
 /// Words of the descriptor: send and receive buffer, each as address, then (fd, serial,
 /// size, offset) of its ncclMemAlloc allocation (fd -1: none); then flags (bit 0: the rank
 /// pre-scales its input; bits 1 and 2: its send and receive buffer travel through its slot),
-/// and the scalar's bytes (PreMulSum scalars differ per rank).
-pub const DESC_WORDS: usize = 12;
+/// the scalar's bytes (PreMulSum scalars differ per rank), and the bytes of one rank's block.
+pub const DESC_WORDS: usize = 13;
 /// Offset of the descriptor in a control block, after the counters' lines.
 const DESC_OFFSET: usize = 192;
+/// Offset of the claim word ([`NodeArea::claim`]), on the line between the counters and the
+/// descriptor: written only by operations that share out work.
+const CLAIM_OFFSET: usize = 128;
 
+const _: () = assert!(CLAIM_OFFSET >= 128 && CLAIM_OFFSET + 8 <= DESC_OFFSET);
 const _: () =
     assert!(DESC_OFFSET + DESC_WORDS * 8 <= TINY_OFFSET && TINY_OFFSET + TINY_DEPTH as usize * 64 <= CTRL_BYTES);
 const _: () = assert!(TINY_OFFSET % 64 == 0 && CTRL_BYTES % 64 == 0 && HEADER_BYTES % 64 == 0);
@@ -136,6 +140,9 @@ pub struct Descriptor {
     pub recv: BufDesc,
     /// The PreMulSum scalar this rank scales its input by.
     pub pre_scalar: Option<[u8; 8]>,
+    /// Bytes of one rank's block in this rank's call: a peer that writes into this rank's
+    /// buffers checks it (the calls' signatures carry only a digest of the count).
+    pub block: u64,
 }
 
 impl Descriptor {
@@ -146,6 +153,7 @@ impl Descriptor {
             w[11] = u64::from_ne_bytes(s);
         }
         w[10] |= (u64::from(self.send.staged) << 1) | (u64::from(self.recv.staged) << 2);
+        w[12] = self.block;
         for (i, d) in [self.send, self.recv].iter().enumerate() {
             let o = i * 5;
             w[o] = d.addr;
@@ -179,6 +187,7 @@ impl Descriptor {
             send: buf(0, flags >> 1 & 1 == 1),
             recv: buf(5, flags >> 2 & 1 == 1),
             pre_scalar: (flags & 1 == 1).then(|| w[11].to_ne_bytes()),
+            block: w[12],
         }
     }
 }
@@ -436,6 +445,27 @@ impl NodeArea {
         Ok(false)
     }
 
+    /// Takes the next of `count` pieces of operation `seq` from `owner`'s claim word, which
+    /// every rank working on those pieces shares: `None` once all are taken. The word holds
+    /// `(seq as u32) << 32 | pieces taken`, so a word left by an earlier operation reads as
+    /// none taken. Callers must not leave the operation (mark Left) before their last claim.
+    pub fn claim(&self, owner: usize, seq: u64, count: usize) -> Option<usize> {
+        let word = self.ctrl_word(owner, CLAIM_OFFSET);
+        let tag = (seq as u32 as u64) << 32;
+        let mut w = word.load(Ordering::Relaxed);
+        loop {
+            let taken = if w & !0xffff_ffff == tag { w as u32 as usize } else { 0 };
+            if taken >= count {
+                return None;
+            }
+            // Relaxed: the pieces' data is published through the counters, not this word.
+            match word.compare_exchange_weak(w, tag | (taken as u64 + 1), Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Some(taken),
+                Err(now) => w = now,
+            }
+        }
+    }
+
     /// This rank's tiny slot for operation `seq` (one of [`TINY_DEPTH`]): where its input goes before
     /// [`NodeArea::post_tiny`].
     pub fn tiny_data(&self, rank: usize, seq: u64) -> *mut u8 {
@@ -592,9 +622,9 @@ impl NodeArea {
         Ok(())
     }
 
-    /// Publishes this rank's buffers and input scalar (before marking `Arrived`).
-    pub fn publish(&self, send: BufDesc, recv: BufDesc, pre_scalar: Option<[u8; 8]>) {
-        let w = Descriptor { send, recv, pre_scalar }.encode();
+    /// Publishes this rank's buffers, input scalar and block size (before marking `Arrived`).
+    pub fn publish(&self, send: BufDesc, recv: BufDesc, pre_scalar: Option<[u8; 8]>, block: usize) {
+        let w = Descriptor { send, recv, pre_scalar, block: block as u64 }.encode();
         for (i, v) in w.iter().enumerate() {
             self.ctrl_word(self.rank, DESC_OFFSET + i * 8).store(*v, Ordering::Relaxed);
         }
@@ -722,6 +752,7 @@ mod tests {
             send: BufDesc { addr: 0x1000, shared: Some(shared), staged: false },
             recv: BufDesc { addr: 0x2000, shared: None, staged: true },
             pre_scalar: Some(2.5f64.to_ne_bytes()),
+            block: 12345,
         };
         assert_eq!(Descriptor::decode(&d.encode()), d);
         // Within the allocation, up to its end; not one byte past it, nor by overflow.

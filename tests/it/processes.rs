@@ -67,6 +67,9 @@ fn child_rank() {
     if scenario == "ordinary" {
         ordinary_buffers(rank, comm);
     }
+    if scenario == "bcast" {
+        large_broadcasts(rank, comm);
+    }
     if scenario == "shareheap" {
         shared_heap_buffers(rank, comm);
         ordinary_buffers(rank, comm);
@@ -237,6 +240,45 @@ fn ordinary_buffers(rank: usize, comm: ncclComm_t) {
     println!("CHILD {rank} ordinary buffers OK");
 }
 
+/// Large broadcasts of ordinary (Vec) buffers between two processes, which root and receiver
+/// copy together (the receiver pulling, the root pushing): both roots, in and out of place,
+/// byte counts that are no multiple of anything, back to back; also with the receiver's
+/// buffer from ncclMemAlloc (the root then writes it through its mapping) and with the
+/// root's (the receiver reads it through its mapping).
+fn large_broadcasts(rank: usize, comm: ncclComm_t) {
+    const INT8: ncclDataType_t = ncclDataType_t(0);
+    let s: *mut c_void = std::ptr::null_mut();
+    let value = |i: usize, k: usize| ((i * 31 + k * 7) % 251) as u8;
+    let sizes = [(1 << 20) + 1, (3 << 20) + 4097, (8 << 20) - 3, 40_000, (17 << 20) + 5];
+    for (k, &count) in sizes.iter().cycle().take(3 * sizes.len()).enumerate() {
+        let root = k % 2;
+        let in_place = (k / 2) % 2 == 1;
+        // The third pass puts one side's buffer in ncclMemAlloc memory.
+        let mapped = k >= 2 * sizes.len() && (k % 4 < 2) == (rank == root);
+        let src: Vec<u8> = (0..count).map(|i| value(i, k)).collect();
+        let mut buf = if rank == root { src.clone() } else { vec![0xee; count] };
+        let mut p: *mut c_void = buf.as_mut_ptr().cast();
+        if mapped {
+            check(ncclMemAlloc(&mut p, count), "ncclMemAlloc");
+            // SAFETY: a fresh allocation of count bytes; buf holds count bytes.
+            unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), p as *mut u8, count) };
+        }
+        let sp: *const c_void = if in_place || rank != root || mapped { p } else { src.as_ptr().cast() };
+        check(ncclBroadcast(sp, p, count, INT8, root as i32, comm, s), "broadcast");
+        // SAFETY: p holds count bytes (buf, or the allocation above).
+        let got = unsafe { std::slice::from_raw_parts(p as *const u8, count) };
+        let bad = (0..count).find(|&i| got[i] != src[i]);
+        assert!(
+            bad.is_none(),
+            "broadcast {k} of {count} bytes from {root} (in place {in_place}, mapped {mapped}): byte {bad:?}"
+        );
+        if mapped {
+            check(ncclMemFree(p), "ncclMemFree");
+        }
+    }
+    println!("CHILD {rank} large broadcasts OK");
+}
+
 /// With FERROCCL_SHARE_HEAP=1: large Vec buffers become shared memory that the peer reduces in
 /// place; they stay exact when reused, grown by realloc (no longer shared), freed and
 /// replaced by new ones at the same addresses, and as the interior send buffer of an in-place
@@ -337,6 +379,22 @@ fn ordinary_buffers_across_processes() {
             assert!(text.contains("Node area: 2 ranks"), "the node area must be in use ({env:?}):\n{text}");
             assert!(!text.contains("of malloc'd memory at"), "heap sharing is off by default ({env:?}):\n{text}");
         }
+    }
+}
+
+/// Issue 15: 2-rank broadcasts from 512 KiB, whose copy root and receiver share, are exact
+/// with malloc'd and ncclMemAlloc buffers (see `large_broadcasts`).
+#[test]
+fn large_broadcasts_across_processes() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    let id = unique_id();
+    let children: Vec<Child> = (0..2).map(|r| spawn(r, "bcast", &id, &[])).collect();
+    for (r, child) in children.into_iter().enumerate() {
+        let text = wait_output(child);
+        assert!(text.contains(&format!("CHILD {r} large broadcasts OK")), "{text}");
+        assert!(text.contains("Node area: 2 ranks"), "the node area must be in use:\n{text}");
     }
 }
 
