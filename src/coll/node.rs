@@ -494,6 +494,10 @@ impl NodeOp {
                 _ => (0, 0),
             };
             for q in 0..blocks {
+                // A reduce-scatter's own block likewise (only this rank reads it).
+                if blocks > 1 && q == area.rank() {
+                    continue;
+                }
                 for (from, to) in [(0, skip.0), (skip.1, len)] {
                     // SAFETY: our own slot (slot_bytes >= blocks * piece >= (q + 1) * len),
                     // free (above) and read by no rank until we mark Arrived; the send buffer
@@ -674,8 +678,9 @@ impl NodeOp {
     }
 
     /// Reduce-scatter: rank r reduces block r of every rank's input (in rank order) straight
-    /// into its receive buffer, reading each input byte once. Inputs that peers cannot map
-    /// go through their owners' slots, a piece of every block per round.
+    /// into its receive buffer (through scratch only in place or with kernel copies), reading
+    /// each input byte once. Inputs that peers cannot map go through their owners' slots, a
+    /// piece of every other block per round (its own block only its owner reads).
     fn reduce_scatter(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>, red: Reduction) -> Result<()> {
         let (me, n) = (area.rank(), area.nranks());
         if self.phase == Phase::Done {
@@ -696,6 +701,11 @@ impl NodeOp {
                 let len = self.piece.min(self.bytes - self.off);
                 let inputs: Vec<PeerBuf> = (0..n)
                     .map(|r| {
+                        if r == me {
+                            // Our own block never enters our slot (enter_round).
+                            // SAFETY (pointer arithmetic only): inside our send buffer of n blocks.
+                            return PeerBuf::Direct(self.send.wrapping_add(me * self.bytes + self.off) as *mut u8);
+                        }
                         if area.peer_staged(r, 0) {
                             // SAFETY (pointer arithmetic only): piece me of n in rank r's slot.
                             return PeerBuf::Direct(area.slot(r, self.seq).wrapping_add(me * len));
@@ -710,24 +720,22 @@ impl NodeOp {
                 let reductions: Vec<Reduction> = (0..n)
                     .map(|r| Reduction { pre: area.peer_pre_scalar(r).map_or(Pre::None, Pre::Mul), ..red })
                     .collect();
-                let words = PIECE.min(len).div_ceil(8);
                 let remote = inputs.iter().any(|i| matches!(i, PeerBuf::Remote { .. }));
-                scratch.resize(words * (1 + usize::from(remote)), 0);
-                let (acc_words, in_words) = scratch.split_at_mut(words);
-                let (acc_all, staged_all) = (as_bytes_mut(acc_words), as_bytes_mut(in_words));
-                let mut off = 0;
-                while off < len {
-                    let step = PIECE.min(len - off);
-                    let acc = &mut acc_all[..step];
-                    // SAFETY: rank r's input (buffer or slot) holds this round's piece of our
-                    // block (off + step <= len) and is not rewritten until every rank marks Left.
-                    unsafe { fold_inputs(&inputs, &reductions, 0, off, acc, staged_all)? };
-                    red.finalize(acc)?;
-                    // SAFETY: our receive buffer holds `bytes` >= self.off + off + step bytes;
-                    // in place it is our own input block, which only this rank reads, and it
-                    // already did (for this piece) above.
-                    unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), self.recv.add(self.off + off), step) };
-                    off += step;
+                // In place, our receive buffer is our own input block: fold through scratch.
+                let in_place = std::ptr::eq(self.recv as *const u8, self.send.wrapping_add(me * self.bytes));
+                if !remote && !in_place {
+                    // Straight into the receive buffer: no input lies in it (peers' buffers
+                    // and slots are other memory; layout() copies any other overlapping input).
+                    // SAFETY: our receive buffer holds `bytes` >= off + len bytes, ours alone.
+                    let out = unsafe { std::slice::from_raw_parts_mut(self.recv.add(self.off), len) };
+                    for (k, piece) in out.chunks_mut(PIECE).enumerate() {
+                        // SAFETY: rank r's input (buffer or slot) holds this round's piece of
+                        // our block and is not rewritten until every rank marks Left.
+                        unsafe { fold_inputs(&inputs, &reductions, 0, k * PIECE, piece, &mut [])? };
+                        red.finalize(piece)?;
+                    }
+                } else {
+                    self.fold_via_scratch(&inputs, &reductions, scratch, len, remote, red)?;
                 }
                 area.mark(Counter::Left, self.seq);
                 if self.next_round(area, len) {
@@ -737,6 +745,38 @@ impl NodeOp {
             // Peers read our input until then.
             return self.wait_left(area);
         }
+    }
+
+    /// A reduce-scatter round's `len` bytes of our block, folded piece by piece in scratch
+    /// (inputs in other processes read through it too) and copied to the receive buffer.
+    fn fold_via_scratch(
+        &self,
+        inputs: &[PeerBuf],
+        reductions: &[Reduction],
+        scratch: &mut Vec<u64>,
+        len: usize,
+        remote: bool,
+        red: Reduction,
+    ) -> Result<()> {
+        let words = PIECE.min(len).div_ceil(8);
+        scratch.resize(words * (1 + usize::from(remote)), 0);
+        let (acc_words, in_words) = scratch.split_at_mut(words);
+        let (acc_all, staged_all) = (as_bytes_mut(acc_words), as_bytes_mut(in_words));
+        let mut off = 0;
+        while off < len {
+            let step = PIECE.min(len - off);
+            let acc = &mut acc_all[..step];
+            // SAFETY: rank r's input (buffer or slot) holds this round's piece of our block
+            // (off + step <= len) and is not rewritten until every rank marks Left.
+            unsafe { fold_inputs(inputs, reductions, 0, off, acc, staged_all)? };
+            red.finalize(acc)?;
+            // SAFETY: our receive buffer holds `bytes` >= self.off + off + step bytes; in place
+            // it is our own input block, which only this rank reads, and it already did (for
+            // this piece) above.
+            unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), self.recv.add(self.off + off), step) };
+            off += step;
+        }
+        Ok(())
     }
 
     /// All-gather (`root` None) and broadcast: each rank copies what it needs from its peers'
