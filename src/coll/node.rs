@@ -94,6 +94,16 @@ pub fn default_stage_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -
 }
 /// Bytes reduced at a time: the partial result and one input stay in cache.
 const PIECE: usize = 64 << 10;
+/// Most bytes each rank reduces per round of an all-reduce through slots (its slice of the
+/// round). Smaller rounds synchronise more often; larger ones leave the cache between a
+/// piece's copy in, its reduction by a peer and its copy out. Measured on the 16-core host,
+/// malloc'd buffers, slots of 256 KiB against 1 MiB
+/// (bench/results/malloc-buffers-16core-2026-12-04/crossover.txt, us): 2 ranks (slices of
+/// 128 against 512 KiB) 1 MiB 212/245, 4 MiB 870/1017, 16 MiB 4112/4243; 8 ranks (slices of
+/// 32 against 128 KiB) the other way, 4 MiB 2277/1830. On the 2-core VM 2 ranks are even
+/// (4 MiB 343/402, 8 MiB 1157/919, noisy). Reduce-scatter rounds stay a slot: they do not
+/// overlap, and on the VM slices of 128 KiB took 1.6-1.8x the time at 1-4 MiB.
+const ROUND_SLICE: usize = 128 << 10;
 /// Out-of-place messages from this size on are written out with non-temporal stores: they do
 /// not fit in cache anyway, and a normal store first reads each destination line (a third
 /// memory stream). In place, the destination lines were just read, so normal stores win.
@@ -463,12 +473,16 @@ impl NodeOp {
     }
 
     /// Bytes per round (of the message; of each block for a reduce-scatter, whose slot holds
-    /// one piece of every block) when buffers go through slots.
+    /// one piece of every block) when buffers go through slots: a slot's worth, but for an
+    /// all-reduce at most [`ROUND_SLICE`] per rank.
     fn staged_piece(&self, area: &NodeArea) -> usize {
+        let n = area.nranks();
         match self.coll {
-            NodeColl::ReduceScatter(_) => (area.slot_bytes() / area.nranks() / 64 * 64).max(64),
+            NodeColl::ReduceScatter(_) => area.slot_bytes() / n / 64 * 64,
+            NodeColl::AllReduce(_) => area.slot_bytes().min(n * ROUND_SLICE),
             _ => area.slot_bytes(),
         }
+        .max(64)
     }
 
     /// Phase WaitSlot of a round: once the slot of this round's parity is free, copies this
@@ -1125,8 +1139,9 @@ mod tests {
         let areas = areas_for_threads_with(3, SMALL_BYTES, true);
         mixed_stream(areas, |r| [0, 4096, STAGE_MAX][r]);
 
-        // Every rank staged, one slot a multiple of the pieces and one not.
-        for slot in [SMALL_BYTES, 5 * 4096] {
+        // Every rank staged, one slot a multiple of the pieces, one not, and one larger than
+        // an all-reduce round (ROUND_SLICE per rank).
+        for slot in [SMALL_BYTES, 5 * 4096, crate::transport::node_area::SLOT_BYTES] {
             mixed_stream(areas_for_threads_with(3, slot, true), |_| STAGE_MAX);
         }
     }
