@@ -650,10 +650,21 @@ impl NodeOp {
         let (acc_words, in_words) = scratch.split_at_mut(words);
         let acc_all = as_bytes_mut(acc_words);
         let staged_all = as_bytes_mut(in_words);
+        // Out of place (and not streamed), our own receive buffer takes the result straight
+        // from the reduction: one copy fewer.
+        let into_recv = !std::ptr::eq(self.send, self.recv) && !streaming[me];
         let mut off = lo;
         while off < hi {
             let len = PIECE.min(hi - off);
-            let acc = &mut acc_all[..len];
+            let acc: &mut [u8] = if into_recv {
+                // SAFETY: our receive buffer holds `bytes` >= self.off + off + len bytes, and
+                // slice [lo, hi) of it only this rank writes; out of place no input lies in it
+                // (peers' buffers and slots are other memory, and layout() copies an input
+                // that overlaps it other than in place).
+                unsafe { std::slice::from_raw_parts_mut(self.recv.add(self.off + off), len) }
+            } else {
+                &mut acc_all[..len]
+            };
             // The first two inputs combine in one pass when both are in reach and the
             // first has no scalar: acc = in0 (op) pre1(in1), the same operands in the
             // same order as folding them one by one, without first copying in0.
@@ -677,6 +688,9 @@ impl NodeOp {
             // that not every rank writes to rank 0 first.
             for k in 0..n {
                 let r = (me + k) % n;
+                if r == me && into_recv {
+                    continue;
+                }
                 match outputs[r] {
                     // SAFETY: slice [lo, hi) of every output (receive buffer or slot) is written
                     // by this rank only, and read by nobody until all ranks mark Left. In place
