@@ -94,6 +94,12 @@ pub fn default_stage_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -
 }
 /// Bytes reduced at a time: the partial result and one input stay in cache.
 const PIECE: usize = 64 << 10;
+/// [`PIECE`] for an all-reduce whose inputs or outputs are reached by kernel copies (one
+/// system call per piece and peer). Measured on the 2-core VM, all-reduce with
+/// FERROCCL_NODE_STAGE_MAX=0 (min of 3 runs, us, 64 against 256 KiB): 2 ranks 512 KiB 97/58,
+/// 2 MiB 304/260, 8 MiB 2791/2111; 4 ranks 1 MiB 649/481, 4 MiB 2989/2540. Not for
+/// reduce-scatter (reads only): there 2 ranks took longer with it (1 MiB 104/137).
+const REMOTE_PIECE: usize = 256 << 10;
 /// Most bytes each rank reduces per round of an all-reduce through slots (its slice of the
 /// round). Smaller rounds synchronise more often; larger ones leave the cache between a
 /// piece's copy in, its reduction by a peer and its copy out. Measured on the 16-core host,
@@ -644,8 +650,10 @@ impl NodeOp {
         let (lo, hi) = slice_of(round_len, red.dtype.size(), me, n);
         // Sized to the slice: the executor hands over a cleared buffer each operation,
         // and zeroing a whole piece per small message costs more than the reduction.
-        let words = PIECE.min(hi - lo).div_ceil(8);
         let remote = inputs.iter().any(|i| matches!(i, PeerBuf::Remote { .. }));
+        let piece =
+            if remote || outputs.iter().any(|o| matches!(o, PeerBuf::Remote { .. })) { REMOTE_PIECE } else { PIECE };
+        let words = piece.min(hi - lo).div_ceil(8);
         scratch.resize(words * (1 + usize::from(remote)), 0);
         let (acc_words, in_words) = scratch.split_at_mut(words);
         let acc_all = as_bytes_mut(acc_words);
@@ -655,7 +663,7 @@ impl NodeOp {
         let into_recv = !std::ptr::eq(self.send, self.recv) && !streaming[me];
         let mut off = lo;
         while off < hi {
-            let len = PIECE.min(hi - off);
+            let len = piece.min(hi - off);
             let acc: &mut [u8] = if into_recv {
                 // SAFETY: our receive buffer holds `bytes` >= self.off + off + len bytes, and
                 // slice [lo, hi) of it only this rank writes; out of place no input lies in it
