@@ -310,6 +310,11 @@ impl NodeOp {
             _ => (self.bytes, None),
         };
         let posts = root.is_none_or(|r| r == me);
+        // A reduce-scatter's own block only this rank reads: out of place it stays out of the
+        // slot and is folded from the send buffer (in place it lies in the receive buffer,
+        // which the fold overwrites before reaching it).
+        let own_direct = matches!(self.coll, NodeColl::ReduceScatter(_))
+            && !std::ptr::eq(self.recv as *const u8, self.send.wrapping_add(me * self.bytes));
         let tiny = in_len <= TINY_BYTES;
         let ring = !tiny && in_len <= RING_BYTES;
         let slot_of = |area: &NodeArea, r: usize, seq: u64| {
@@ -349,6 +354,12 @@ impl NodeOp {
                 )
             };
             match self.coll {
+                NodeColl::ReduceScatter(red) if own_direct => {
+                    let b = self.bytes;
+                    for q in (0..n).filter(|&q| q != me) {
+                        red.prepare(&mut slot[q * b..(q + 1) * b], &input[q * b..(q + 1) * b])?;
+                    }
+                }
                 NodeColl::AllReduce(red) | NodeColl::ReduceScatter(red) => red.prepare(slot, input)?,
                 NodeColl::AllGather | NodeColl::Broadcast { .. } => slot.copy_from_slice(input),
             }
@@ -391,6 +402,14 @@ impl NodeOp {
                     // Reduce-scatter: our block of every rank's input.
                     let at = if in_len == self.bytes { 0 } else { me * self.bytes };
                     for r in 0..n {
+                        if r == me && own_direct {
+                            // SAFETY: our send buffer holds n blocks, and out of place our
+                            // receive buffer does not overlap it (layout() copies the input
+                            // otherwise).
+                            let own = unsafe { std::slice::from_raw_parts(self.send.add(at), self.bytes) };
+                            fold(&red, out, own, r == 0)?;
+                            continue;
+                        }
                         let input = &input_of(r)[at..at + self.bytes];
                         if r == 0 {
                             out.copy_from_slice(input);
@@ -1165,6 +1184,68 @@ mod tests {
         // an all-reduce round (ROUND_SLICE per rank).
         for slot in [SMALL_BYTES, 5 * 4096, crate::transport::node_area::SLOT_BYTES] {
             mixed_stream(areas_for_threads_with(3, slot, true), |_| STAGE_MAX);
+        }
+    }
+
+    /// Reduce-scatters out of place and in place, one-shot and direct, through slots and not,
+    /// with each rank's own PreMulSum scalar on f32 inputs: every rank's block has exactly
+    /// the bits of the inputs folded in rank order (a rank's own block, which skips its
+    /// slot out of place, included).
+    #[test]
+    fn reduce_scatter_folds_in_rank_order_in_and_out_of_place() {
+        use crate::transport::node_area::{areas_for_threads_with, SLOT_BYTES};
+        use crate::types::DataType;
+        let n = 3;
+        let value =
+            |r: usize, i: usize, k: usize| ((i * 7 + k * 13 + r * 5) % 101) as f32 * 0.37 + 1.0 / (r + 1) as f32;
+        let scalar = |r: usize| 1.0f32 + 0.1 * r as f32;
+        for as_processes in [false, true] {
+            let threads: Vec<_> = areas_for_threads_with(n, SLOT_BYTES, as_processes)
+                .into_iter()
+                .enumerate()
+                .map(|(me, mut area)| {
+                    std::thread::spawn(move || {
+                        let mut scratch = Vec::new();
+                        let mut k = 0;
+                        for count in [1usize, 3, 12, 100, 1000, 70_000, 300_000] {
+                            for algo in [NodeAlgo::OneShot, NodeAlgo::Direct] {
+                                if algo == NodeAlgo::OneShot && n * count * 4 > ONE_SHOT_INPUT_MAX {
+                                    continue;
+                                }
+                                for in_place in [false, true] {
+                                    k += 1;
+                                    let input: Vec<f32> = (0..n * count).map(|i| value(me, i, k)).collect();
+                                    let want: Vec<u32> = (0..count)
+                                        .map(|i| {
+                                            let term = |r: usize| value(r, me * count + i, k) * scalar(r);
+                                            (1..n).fold(term(0), |acc, r| acc + term(r)).to_bits()
+                                        })
+                                        .collect();
+                                    let red = Reduction::pre_mul_sum(DataType::Float32, &scalar(me).to_ne_bytes()).unwrap();
+                                    let mut buf = input.clone();
+                                    let mut out = vec![f32::NAN; count];
+                                    let (send, recv) = if in_place {
+                                        (buf.as_ptr() as *const u8, buf[me * count..].as_mut_ptr() as *mut u8)
+                                    } else {
+                                        (input.as_ptr() as *const u8, out.as_mut_ptr() as *mut u8)
+                                    };
+                                    let coll = NodeColl::ReduceScatter(red);
+                                    let mut op = NodeOp::new(coll, algo, send, recv, count * 4, OpSig::NONE);
+                                    while !op.is_done() {
+                                        op.progress(&mut area, &mut scratch).unwrap();
+                                    }
+                                    let got = if in_place { &buf[me * count..(me + 1) * count] } else { &out[..] };
+                                    let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                                    assert!(got == want, "rank {me}, {count} elements, {algo:?}, in place {in_place}, processes {as_processes}");
+                                }
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
         }
     }
 
