@@ -108,6 +108,22 @@ const SPLIT_CHUNK: usize = 256 << 10;
 /// (us, out of place / in place): 512 KiB 34 / 22 against 40 / 40; 128 KiB, one chunk, 11
 /// against 13.
 const SPLIT_MIN: usize = 2 * SPLIT_CHUNK;
+/// [`PIECE`] for an all-reduce whose inputs or outputs are reached by kernel copies (one
+/// system call per piece and peer). Measured on the 2-core VM, all-reduce with
+/// FERROCCL_NODE_STAGE_MAX=0 (min of 3 runs, us, 64 against 256 KiB): 2 ranks 512 KiB 97/58,
+/// 2 MiB 304/260, 8 MiB 2791/2111; 4 ranks 1 MiB 649/481, 4 MiB 2989/2540. Not for
+/// reduce-scatter (reads only): there 2 ranks took longer with it (1 MiB 104/137).
+const REMOTE_PIECE: usize = 256 << 10;
+/// Most bytes each rank reduces per round of an all-reduce through slots (its slice of the
+/// round). Smaller rounds synchronise more often; larger ones leave the cache between a
+/// piece's copy in, its reduction by a peer and its copy out. Measured on the 16-core host,
+/// malloc'd buffers, slots of 256 KiB against 1 MiB
+/// (bench/results/malloc-buffers-16core-2026-12-04/crossover.txt, us): 2 ranks (slices of
+/// 128 against 512 KiB) 1 MiB 212/245, 4 MiB 870/1017, 16 MiB 4112/4243; 8 ranks (slices of
+/// 32 against 128 KiB) the other way, 4 MiB 2277/1830. On the 2-core VM 2 ranks are even
+/// (4 MiB 343/402, 8 MiB 1157/919, noisy). Reduce-scatter rounds stay a slot: they do not
+/// overlap, and on the VM slices of 128 KiB took 1.6-1.8x the time at 1-4 MiB.
+const ROUND_SLICE: usize = 128 << 10;
 /// Out-of-place messages from this size on are written out with non-temporal stores: they do
 /// not fit in cache anyway, and a normal store first reads each destination line (a third
 /// memory stream). In place, the destination lines were just read, so normal stores win.
@@ -324,6 +340,11 @@ impl NodeOp {
             NodeColl::Gather { root } if root != me => (self.bytes, Some(root), true),
             _ => (self.bytes, None, true),
         };
+        // A reduce-scatter's own block only this rank reads: out of place it stays out of the
+        // slot and is folded from the send buffer (in place it lies in the receive buffer,
+        // which the fold overwrites before reaching it).
+        let own_direct = matches!(self.coll, NodeColl::ReduceScatter(_))
+            && !std::ptr::eq(self.recv as *const u8, self.send.wrapping_add(me * self.bytes));
         let tiny = in_len <= TINY_BYTES;
         let ring = !tiny && in_len <= RING_BYTES;
         let slot_of = |area: &NodeArea, r: usize, seq: u64| {
@@ -363,6 +384,12 @@ impl NodeOp {
                 )
             };
             match self.coll {
+                NodeColl::ReduceScatter(red) if own_direct => {
+                    let b = self.bytes;
+                    for q in (0..n).filter(|&q| q != me) {
+                        red.prepare(&mut slot[q * b..(q + 1) * b], &input[q * b..(q + 1) * b])?;
+                    }
+                }
                 NodeColl::AllReduce(red) | NodeColl::ReduceScatter(red) => red.prepare(slot, input)?,
                 NodeColl::AllGather | NodeColl::Broadcast { .. } | NodeColl::Gather { .. } => {
                     slot.copy_from_slice(input)
@@ -413,6 +440,14 @@ impl NodeOp {
                     // Reduce-scatter: our block of every rank's input.
                     let at = if in_len == self.bytes { 0 } else { me * self.bytes };
                     for r in 0..n {
+                        if r == me && own_direct {
+                            // SAFETY: our send buffer holds n blocks, and out of place our
+                            // receive buffer does not overlap it (layout() copies the input
+                            // otherwise).
+                            let own = unsafe { std::slice::from_raw_parts(self.send.add(at), self.bytes) };
+                            fold(&red, out, own, r == 0)?;
+                            continue;
+                        }
                         let input = &input_of(r)[at..at + self.bytes];
                         if r == 0 {
                             out.copy_from_slice(input);
@@ -501,12 +536,16 @@ impl NodeOp {
     }
 
     /// Bytes per round (of the message; of each block for a reduce-scatter, whose slot holds
-    /// one piece of every block) when buffers go through slots.
+    /// one piece of every block) when buffers go through slots: a slot's worth, but for an
+    /// all-reduce at most [`ROUND_SLICE`] per rank.
     fn staged_piece(&self, area: &NodeArea) -> usize {
+        let n = area.nranks();
         match self.coll {
-            NodeColl::ReduceScatter(_) => (area.slot_bytes() / area.nranks() / 64 * 64).max(64),
+            NodeColl::ReduceScatter(_) => area.slot_bytes() / n / 64 * 64,
+            NodeColl::AllReduce(_) => area.slot_bytes().min(n * ROUND_SLICE),
             _ => area.slot_bytes(),
         }
+        .max(64)
     }
 
     /// Phase WaitSlot of a round: once the slot of this round's parity is free, copies this
@@ -532,6 +571,10 @@ impl NodeOp {
                 _ => (0, 0),
             };
             for q in 0..blocks {
+                // A reduce-scatter's own block likewise (only this rank reads it).
+                if blocks > 1 && q == area.rank() {
+                    continue;
+                }
                 for (from, to) in [(0, skip.0), (skip.1, len)] {
                     // SAFETY: our own slot (slot_bytes >= blocks * piece >= (q + 1) * len),
                     // free (above) and read by no rank until we mark Arrived; the send buffer
@@ -664,16 +707,29 @@ impl NodeOp {
         let (lo, hi) = slice_of(round_len, red.dtype.size(), me, n);
         // Sized to the slice: the executor hands over a cleared buffer each operation,
         // and zeroing a whole piece per small message costs more than the reduction.
-        let words = PIECE.min(hi - lo).div_ceil(8);
         let remote = inputs.iter().any(|i| matches!(i, PeerBuf::Remote { .. }));
+        let piece =
+            if remote || outputs.iter().any(|o| matches!(o, PeerBuf::Remote { .. })) { REMOTE_PIECE } else { PIECE };
+        let words = piece.min(hi - lo).div_ceil(8);
         scratch.resize(words * (1 + usize::from(remote)), 0);
         let (acc_words, in_words) = scratch.split_at_mut(words);
         let acc_all = as_bytes_mut(acc_words);
         let staged_all = as_bytes_mut(in_words);
+        // Out of place (and not streamed), our own receive buffer takes the result straight
+        // from the reduction: one copy fewer.
+        let into_recv = !std::ptr::eq(self.send, self.recv) && !streaming[me];
         let mut off = lo;
         while off < hi {
-            let len = PIECE.min(hi - off);
-            let acc = &mut acc_all[..len];
+            let len = piece.min(hi - off);
+            let acc: &mut [u8] = if into_recv {
+                // SAFETY: our receive buffer holds `bytes` >= self.off + off + len bytes, and
+                // slice [lo, hi) of it only this rank writes; out of place no input lies in it
+                // (peers' buffers and slots are other memory, and layout() copies an input
+                // that overlaps it other than in place).
+                unsafe { std::slice::from_raw_parts_mut(self.recv.add(self.off + off), len) }
+            } else {
+                &mut acc_all[..len]
+            };
             // The first two inputs combine in one pass when both are in reach and the
             // first has no scalar: acc = in0 (op) pre1(in1), the same operands in the
             // same order as folding them one by one, without first copying in0.
@@ -697,6 +753,9 @@ impl NodeOp {
             // that not every rank writes to rank 0 first.
             for k in 0..n {
                 let r = (me + k) % n;
+                if r == me && into_recv {
+                    continue;
+                }
                 match outputs[r] {
                     // SAFETY: slice [lo, hi) of every output (receive buffer or slot) is written
                     // by this rank only, and read by nobody until all ranks mark Left. In place
@@ -712,8 +771,9 @@ impl NodeOp {
     }
 
     /// Reduce-scatter: rank r reduces block r of every rank's input (in rank order) straight
-    /// into its receive buffer, reading each input byte once. Inputs that peers cannot map
-    /// go through their owners' slots, a piece of every block per round.
+    /// into its receive buffer (through scratch only in place or with kernel copies), reading
+    /// each input byte once. Inputs that peers cannot map go through their owners' slots, a
+    /// piece of every other block per round (its own block only its owner reads).
     fn reduce_scatter(&mut self, area: &mut NodeArea, scratch: &mut Vec<u64>, red: Reduction) -> Result<()> {
         let (me, n) = (area.rank(), area.nranks());
         if self.phase == Phase::Done {
@@ -734,6 +794,11 @@ impl NodeOp {
                 let len = self.piece.min(self.bytes - self.off);
                 let inputs: Vec<PeerBuf> = (0..n)
                     .map(|r| {
+                        if r == me {
+                            // Our own block never enters our slot (enter_round).
+                            // SAFETY (pointer arithmetic only): inside our send buffer of n blocks.
+                            return PeerBuf::Direct(self.send.wrapping_add(me * self.bytes + self.off) as *mut u8);
+                        }
                         if area.peer_staged(r, 0) {
                             // SAFETY (pointer arithmetic only): piece me of n in rank r's slot.
                             return PeerBuf::Direct(area.slot(r, self.seq).wrapping_add(me * len));
@@ -748,24 +813,22 @@ impl NodeOp {
                 let reductions: Vec<Reduction> = (0..n)
                     .map(|r| Reduction { pre: area.peer_pre_scalar(r).map_or(Pre::None, Pre::Mul), ..red })
                     .collect();
-                let words = PIECE.min(len).div_ceil(8);
                 let remote = inputs.iter().any(|i| matches!(i, PeerBuf::Remote { .. }));
-                scratch.resize(words * (1 + usize::from(remote)), 0);
-                let (acc_words, in_words) = scratch.split_at_mut(words);
-                let (acc_all, staged_all) = (as_bytes_mut(acc_words), as_bytes_mut(in_words));
-                let mut off = 0;
-                while off < len {
-                    let step = PIECE.min(len - off);
-                    let acc = &mut acc_all[..step];
-                    // SAFETY: rank r's input (buffer or slot) holds this round's piece of our
-                    // block (off + step <= len) and is not rewritten until every rank marks Left.
-                    unsafe { fold_inputs(&inputs, &reductions, 0, off, acc, staged_all)? };
-                    red.finalize(acc)?;
-                    // SAFETY: our receive buffer holds `bytes` >= self.off + off + step bytes;
-                    // in place it is our own input block, which only this rank reads, and it
-                    // already did (for this piece) above.
-                    unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), self.recv.add(self.off + off), step) };
-                    off += step;
+                // In place, our receive buffer is our own input block: fold through scratch.
+                let in_place = std::ptr::eq(self.recv as *const u8, self.send.wrapping_add(me * self.bytes));
+                if !remote && !in_place {
+                    // Straight into the receive buffer: no input lies in it (peers' buffers
+                    // and slots are other memory; layout() copies any other overlapping input).
+                    // SAFETY: our receive buffer holds `bytes` >= off + len bytes, ours alone.
+                    let out = unsafe { std::slice::from_raw_parts_mut(self.recv.add(self.off), len) };
+                    for (k, piece) in out.chunks_mut(PIECE).enumerate() {
+                        // SAFETY: rank r's input (buffer or slot) holds this round's piece of
+                        // our block and is not rewritten until every rank marks Left.
+                        unsafe { fold_inputs(&inputs, &reductions, 0, k * PIECE, piece, &mut [])? };
+                        red.finalize(piece)?;
+                    }
+                } else {
+                    self.fold_via_scratch(&inputs, &reductions, scratch, len, remote, red)?;
                 }
                 area.mark(Counter::Left, self.seq);
                 if self.next_round(area, len) {
@@ -775,6 +838,38 @@ impl NodeOp {
             // Peers read our input until then.
             return self.wait_left(area);
         }
+    }
+
+    /// A reduce-scatter round's `len` bytes of our block, folded piece by piece in scratch
+    /// (inputs in other processes read through it too) and copied to the receive buffer.
+    fn fold_via_scratch(
+        &self,
+        inputs: &[PeerBuf],
+        reductions: &[Reduction],
+        scratch: &mut Vec<u64>,
+        len: usize,
+        remote: bool,
+        red: Reduction,
+    ) -> Result<()> {
+        let words = PIECE.min(len).div_ceil(8);
+        scratch.resize(words * (1 + usize::from(remote)), 0);
+        let (acc_words, in_words) = scratch.split_at_mut(words);
+        let (acc_all, staged_all) = (as_bytes_mut(acc_words), as_bytes_mut(in_words));
+        let mut off = 0;
+        while off < len {
+            let step = PIECE.min(len - off);
+            let acc = &mut acc_all[..step];
+            // SAFETY: rank r's input (buffer or slot) holds this round's piece of our block
+            // (off + step <= len) and is not rewritten until every rank marks Left.
+            unsafe { fold_inputs(inputs, reductions, 0, off, acc, staged_all)? };
+            red.finalize(acc)?;
+            // SAFETY: our receive buffer holds `bytes` >= self.off + off + step bytes; in place
+            // it is our own input block, which only this rank reads, and it already did (for
+            // this piece) above.
+            unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), self.recv.add(self.off + off), step) };
+            off += step;
+        }
+        Ok(())
     }
 
     /// All-gather (`root` None) and broadcast: each rank copies what it needs from its peers'
@@ -1224,9 +1319,72 @@ mod tests {
         let areas = areas_for_threads_with(3, SMALL_BYTES, true);
         mixed_stream(areas, |r| [0, 4096, STAGE_MAX][r]);
 
-        // Every rank staged, one slot a multiple of the pieces and one not.
-        for slot in [SMALL_BYTES, 5 * 4096] {
+        // Every rank staged, one slot a multiple of the pieces, one not, and one larger than
+        // an all-reduce round (ROUND_SLICE per rank).
+        for slot in [SMALL_BYTES, 5 * 4096, crate::transport::node_area::SLOT_BYTES] {
             mixed_stream(areas_for_threads_with(3, slot, true), |_| STAGE_MAX);
+        }
+    }
+
+    /// Reduce-scatters out of place and in place, one-shot and direct, through slots and not,
+    /// with each rank's own PreMulSum scalar on f32 inputs: every rank's block has exactly
+    /// the bits of the inputs folded in rank order (a rank's own block, which skips its
+    /// slot out of place, included).
+    #[test]
+    fn reduce_scatter_folds_in_rank_order_in_and_out_of_place() {
+        use crate::transport::node_area::{areas_for_threads_with, SLOT_BYTES};
+        use crate::types::DataType;
+        let n = 3;
+        let value =
+            |r: usize, i: usize, k: usize| ((i * 7 + k * 13 + r * 5) % 101) as f32 * 0.37 + 1.0 / (r + 1) as f32;
+        let scalar = |r: usize| 1.0f32 + 0.1 * r as f32;
+        for as_processes in [false, true] {
+            let threads: Vec<_> = areas_for_threads_with(n, SLOT_BYTES, as_processes)
+                .into_iter()
+                .enumerate()
+                .map(|(me, mut area)| {
+                    std::thread::spawn(move || {
+                        let mut scratch = Vec::new();
+                        let mut k = 0;
+                        for count in [1usize, 3, 12, 100, 1000, 70_000, 300_000] {
+                            for algo in [NodeAlgo::OneShot, NodeAlgo::Direct] {
+                                if algo == NodeAlgo::OneShot && n * count * 4 > ONE_SHOT_INPUT_MAX {
+                                    continue;
+                                }
+                                for in_place in [false, true] {
+                                    k += 1;
+                                    let input: Vec<f32> = (0..n * count).map(|i| value(me, i, k)).collect();
+                                    let want: Vec<u32> = (0..count)
+                                        .map(|i| {
+                                            let term = |r: usize| value(r, me * count + i, k) * scalar(r);
+                                            (1..n).fold(term(0), |acc, r| acc + term(r)).to_bits()
+                                        })
+                                        .collect();
+                                    let red = Reduction::pre_mul_sum(DataType::Float32, &scalar(me).to_ne_bytes()).unwrap();
+                                    let mut buf = input.clone();
+                                    let mut out = vec![f32::NAN; count];
+                                    let (send, recv) = if in_place {
+                                        (buf.as_ptr() as *const u8, buf[me * count..].as_mut_ptr() as *mut u8)
+                                    } else {
+                                        (input.as_ptr() as *const u8, out.as_mut_ptr() as *mut u8)
+                                    };
+                                    let coll = NodeColl::ReduceScatter(red);
+                                    let mut op = NodeOp::new(coll, algo, send, recv, count * 4, OpSig::NONE);
+                                    while !op.is_done() {
+                                        op.progress(&mut area, &mut scratch).unwrap();
+                                    }
+                                    let got = if in_place { &buf[me * count..(me + 1) * count] } else { &out[..] };
+                                    let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                                    assert!(got == want, "rank {me}, {count} elements, {algo:?}, in place {in_place}, processes {as_processes}");
+                                }
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
         }
     }
 

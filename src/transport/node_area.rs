@@ -58,7 +58,7 @@ const SIG_EVERY: u32 = 1024;
 /// count, so larger inputs go direct whatever the slot size).
 pub const SMALL_BYTES: usize = 16 << 10;
 /// Default bytes of each of a rank's two data slots. Buffers that peers cannot map (from
-/// malloc, the stack, Fortran) travel through them in pieces of this size: big enough that
+/// malloc, the stack, Fortran) travel through them in pieces of up to this size: big enough that
 /// a piece's two synchronisations cost little next to its copies, small enough that a
 /// piece, its reduction and its copy out stay in each core's cache.
 pub const SLOT_BYTES: usize = 1 << 20;
