@@ -414,7 +414,15 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
     for &(stream, slot) in &streams {
         stream.write_flag(shared.flags.ready_addr(slot), seq)?;
     }
-    order.publish_and_wait()?;
+    if let Err(e) = order.publish_and_wait() {
+        // The ready flags are out: the number goes to the worker anyway (it only signals done),
+        // so that no later job is taken for ready by them.
+        shared.submitted.store(seq, Ordering::Relaxed);
+        let slots = streams.iter().map(|&(_, slot)| slot).collect();
+        let job = Job { seq, by_comm: Vec::new(), slots, staging, abandoned: true };
+        w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
+        return Err(e);
+    }
     for &(stream, slot) in &streams {
         stream.wait_flag(shared.flags.done_addr(), seq)?;
         for &(s, dst, src, len) in &copies_out {
