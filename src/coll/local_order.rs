@@ -49,6 +49,9 @@ pub struct LocalOrder {
     table: Arc<Table>,
     /// Staged path: operations this rank has counted with each rank.
     counted: Mutex<Vec<u64>>,
+    /// One-GPU path: operations this rank has ordered (64 bits: the path's own 32-bit sequence
+    /// numbers wrap within hours of small operations).
+    ordered: AtomicU64,
 }
 
 /// The tables of this process, by communicator (hash, magic) and path.
@@ -77,7 +80,14 @@ impl LocalOrder {
             all.insert(key, Arc::downgrade(&t));
             t
         });
-        Some(LocalOrder { rank: comm.rank, nranks: n, local, table, counted: Mutex::new(vec![0; n]) })
+        Some(LocalOrder {
+            rank: comm.rank,
+            nranks: n,
+            local,
+            table,
+            counted: Mutex::new(vec![0; n]),
+            ordered: AtomicU64::new(0),
+        })
     }
 
     /// The staged path's order for `comm`, made once and kept with the communicator (`None`:
@@ -96,14 +106,15 @@ impl LocalOrder {
         self.row(a).map(|row| &self.table.submitted[row * self.nranks + b])
     }
 
-    /// Whether `rank` is a thread of this process.
-    pub fn is_local(&self, rank: usize) -> bool {
-        self.row(rank).is_some()
-    }
-
     /// The ranks of the communicator in this process, this one included.
     pub fn local_ranks(&self) -> &[usize] {
         &self.local
+    }
+
+    /// One-GPU path: the number of this rank's next ordered operation (every rank orders the
+    /// same operations: all of them but graph captures, which all ranks make alike).
+    pub fn next_op(&self) -> u64 {
+        self.ordered.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// One-GPU path: this rank has submitted its share of operation `seq`.
@@ -200,6 +211,7 @@ mod tests {
                 local: local.to_vec(),
                 table: table.clone(),
                 counted: Mutex::new(vec![0; nranks]),
+                ordered: AtomicU64::new(0),
             })
             .collect()
     }

@@ -307,18 +307,18 @@ pub fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<()> {
     let seq = g.submitted.load(Ordering::Relaxed).wrapping_add(1);
     // Process mates: rank 0 waits on its stream for their flags only once they are submitted
     // (local_order); a failure before that still publishes, so that nobody waits for ever.
-    let order = g.order.as_ref().filter(|_| !capturing);
+    let order = g.order.as_ref().filter(|_| !capturing).map(|o| (o, o.next_op()));
     let result = if comm.rank == 0 {
         let mates: Vec<usize> =
-            order.map_or_else(Vec::new, |o| o.local_ranks().iter().copied().filter(|&r| r != 0).collect());
+            order.map_or_else(Vec::new, |(o, _)| o.local_ranks().iter().copied().filter(|&r| r != 0).collect());
         order
-            .map_or(Ok(()), |o| o.wait_seq(comm, &mates, u64::from(seq)))
+            .map_or(Ok(()), |(o, k)| o.wait_seq(comm, &mates, k))
             .and_then(|()| lead(comm, &g, reqs, &all, desc_len, stream, capturing, seq))
     } else {
-        follow(comm, &g, reqs, stream, capturing, seq)
+        follow(comm, &g, reqs, stream, capturing, order, seq)
     };
-    if let Some(o) = order {
-        o.publish_seq(u64::from(seq));
+    if let Some((o, k)) = order {
+        o.publish_seq(k);
     }
     g.submitted.store(seq, Ordering::Release);
     if !capturing {
@@ -351,7 +351,17 @@ fn record_last_stream(g: &CommGpu, stream: Stream) -> Result<()> {
 }
 
 /// A rank other than 0: its device scalars into the page, then the flag handshake.
-fn follow(comm: &Comm, g: &CommGpu, reqs: &[OpRequest], stream: Stream, capturing: bool, seq: u32) -> Result<()> {
+/// `order`: this process's mates and the operation's number among them (`None` for graph
+/// captures and ranks alone in their process).
+fn follow(
+    comm: &Comm,
+    g: &CommGpu,
+    reqs: &[OpRequest],
+    stream: Stream,
+    capturing: bool,
+    order: Option<(&LocalOrder, u64)>,
+    seq: u32,
+) -> Result<()> {
     let r = comm.rank;
     let mut slot = 0;
     for req in reqs {
@@ -381,13 +391,13 @@ fn follow(comm: &Comm, g: &CommGpu, reqs: &[OpRequest], stream: Stream, capturin
     }
     let ready = FlagOp::Write(g.flag_addr(r, Word::ReadySeq), seq);
     let wait = FlagOp::WaitGeq(g.flag_addr(r, Word::DoneSeq), seq);
-    let Some(order) = &g.order else { return stream.flag_ops(&[ready, wait], false) };
+    let Some((order, k)) = order else { return stream.flag_ops(&[ready, wait], false) };
     // Process mates (local_order): the wait goes in once every mate has submitted its flag
     // write, and rank 0, when it is a mate, its kernels and done flags.
     stream.flag_ops(&[ready], false)?;
-    order.publish_seq(u64::from(seq));
+    order.publish_seq(k);
     let others: Vec<usize> = order.local_ranks().iter().copied().filter(|&m| m != r).collect();
-    order.wait_seq(comm, &others, u64::from(seq))?;
+    order.wait_seq(comm, &others, k)?;
     stream.flag_ops(&[wait], false)
 }
 
