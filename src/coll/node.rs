@@ -1221,6 +1221,23 @@ fn write_remote(pid: u32, addr: u64, data: &[u8]) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// Runs `body(rank, area)` on a thread per area and waits for them all (a panic on any
+    /// thread fails the test).
+    fn on_rank_threads(areas: Vec<NodeArea>, body: impl Fn(usize, NodeArea) + Send + Sync + 'static) {
+        let body = std::sync::Arc::new(body);
+        let threads: Vec<_> = areas
+            .into_iter()
+            .enumerate()
+            .map(|(me, area)| {
+                let body = body.clone();
+                std::thread::spawn(move || body(me, area))
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+
     #[test]
     fn slices_cover_the_message_once_in_whole_elements() {
         for &(bytes, elem, n) in &[(1000usize, 4usize, 3usize), (64, 8, 4), (1 << 20, 2, 16), (12, 4, 5)] {
@@ -1339,52 +1356,46 @@ mod tests {
             |r: usize, i: usize, k: usize| ((i * 7 + k * 13 + r * 5) % 101) as f32 * 0.37 + 1.0 / (r + 1) as f32;
         let scalar = |r: usize| 1.0f32 + 0.1 * r as f32;
         for as_processes in [false, true] {
-            let threads: Vec<_> = areas_for_threads_with(n, SLOT_BYTES, as_processes)
-                .into_iter()
-                .enumerate()
-                .map(|(me, mut area)| {
-                    std::thread::spawn(move || {
-                        let mut scratch = Vec::new();
-                        let mut k = 0;
-                        for count in [1usize, 3, 12, 100, 1000, 70_000, 300_000] {
-                            for algo in [NodeAlgo::OneShot, NodeAlgo::Direct] {
-                                if algo == NodeAlgo::OneShot && n * count * 4 > ONE_SHOT_INPUT_MAX {
-                                    continue;
-                                }
-                                for in_place in [false, true] {
-                                    k += 1;
-                                    let input: Vec<f32> = (0..n * count).map(|i| value(me, i, k)).collect();
-                                    let want: Vec<u32> = (0..count)
-                                        .map(|i| {
-                                            let term = |r: usize| value(r, me * count + i, k) * scalar(r);
-                                            (1..n).fold(term(0), |acc, r| acc + term(r)).to_bits()
-                                        })
-                                        .collect();
-                                    let red = Reduction::pre_mul_sum(DataType::Float32, &scalar(me).to_ne_bytes()).unwrap();
-                                    let mut buf = input.clone();
-                                    let mut out = vec![f32::NAN; count];
-                                    let (send, recv) = if in_place {
-                                        (buf.as_ptr() as *const u8, buf[me * count..].as_mut_ptr() as *mut u8)
-                                    } else {
-                                        (input.as_ptr() as *const u8, out.as_mut_ptr() as *mut u8)
-                                    };
-                                    let coll = NodeColl::ReduceScatter(red);
-                                    let mut op = NodeOp::new(coll, algo, send, recv, count * 4, OpSig::NONE);
-                                    while !op.is_done() {
-                                        op.progress(&mut area, &mut scratch).unwrap();
-                                    }
-                                    let got = if in_place { &buf[me * count..(me + 1) * count] } else { &out[..] };
-                                    let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
-                                    assert!(got == want, "rank {me}, {count} elements, {algo:?}, in place {in_place}, processes {as_processes}");
-                                }
-                            }
+            on_rank_threads(areas_for_threads_with(n, SLOT_BYTES, as_processes), move |me, mut area| {
+                let mut scratch = Vec::new();
+                let mut k = 0;
+                for count in [1usize, 3, 12, 100, 1000, 70_000, 300_000] {
+                    for algo in [NodeAlgo::OneShot, NodeAlgo::Direct] {
+                        if algo == NodeAlgo::OneShot && n * count * 4 > ONE_SHOT_INPUT_MAX {
+                            continue;
                         }
-                    })
-                })
-                .collect();
-            for t in threads {
-                t.join().unwrap();
-            }
+                        for in_place in [false, true] {
+                            k += 1;
+                            let input: Vec<f32> = (0..n * count).map(|i| value(me, i, k)).collect();
+                            let want: Vec<u32> = (0..count)
+                                .map(|i| {
+                                    let term = |r: usize| value(r, me * count + i, k) * scalar(r);
+                                    (1..n).fold(term(0), |acc, r| acc + term(r)).to_bits()
+                                })
+                                .collect();
+                            let red = Reduction::pre_mul_sum(DataType::Float32, &scalar(me).to_ne_bytes()).unwrap();
+                            let mut buf = input.clone();
+                            let mut out = vec![f32::NAN; count];
+                            let (send, recv) = if in_place {
+                                (buf.as_ptr() as *const u8, buf[me * count..].as_mut_ptr() as *mut u8)
+                            } else {
+                                (input.as_ptr() as *const u8, out.as_mut_ptr() as *mut u8)
+                            };
+                            let coll = NodeColl::ReduceScatter(red);
+                            let mut op = NodeOp::new(coll, algo, send, recv, count * 4, OpSig::NONE);
+                            while !op.is_done() {
+                                op.progress(&mut area, &mut scratch).unwrap();
+                            }
+                            let got = if in_place { &buf[me * count..(me + 1) * count] } else { &out[..] };
+                            let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                            assert!(
+                                got == want,
+                                "rank {me}, {count} elements, {algo:?}, in place {in_place}, processes {as_processes}"
+                            );
+                        }
+                    }
+                }
+            });
         }
     }
 
@@ -1396,99 +1407,101 @@ mod tests {
         let input_of = |r: usize, k: usize, count: usize| -> Vec<i64> {
             (0..count).map(|i| (i as i64 % 1000) * (r as i64 + 1) + k as i64).collect()
         };
-        let threads: Vec<_> = areas
-            .into_iter()
-            .enumerate()
-            .map(|(me, mut area)| {
-                std::thread::spawn(move || {
-                    let mut scratch = Vec::new();
-                    for round in 0..3 {
-                        for (k, &count) in sizes.iter().enumerate() {
-                            let k = k + round * sizes.len();
-                            // Gathers are one-shot only.
-                            let count = if k % 5 == 4 { count.min(ONE_SHOT_INPUT_MAX / 8) } else { count };
-                            let bytes = count * 8;
-                            let input = input_of(me, k, count);
-                            let in_place = k % 2 == 1;
-                            let (coll, algo, mut out, want): (NodeColl, NodeAlgo, Vec<i64>, Vec<i64>) = match k % 5 {
-                                0 => {
-                                    let scalar = (me as i64 + 2).to_ne_bytes();
-                                    let red = Reduction::pre_mul_sum(DataType::Int64, &scalar).unwrap();
-                                    let all: Vec<Vec<i64>> = (0..n).map(|r| input_of(r, k, count)).collect();
-                                    let want =
-                                        (0..count).map(|i| (0..n).map(|r| (r as i64 + 2) * all[r][i]).sum()).collect();
-                                    let algo = NodeAlgo::for_size(bytes, n, false, None).unwrap();
-                                    let out = if in_place { input.clone() } else { vec![-1; count] };
-                                    (NodeColl::AllReduce(red), algo, out, want)
-                                }
-                                1 => {
-                                    let mut out = vec![-1; n * count];
-                                    if in_place {
-                                        out[me * count..(me + 1) * count].copy_from_slice(&input);
-                                    }
-                                    let want = (0..n).flat_map(|r| input_of(r, k, count)).collect();
-                                    let algo = NodeAlgo::for_size(bytes, n, false, None).unwrap();
-                                    (NodeColl::AllGather, algo, out, want)
-                                }
-                                2 => {
-                                    let root = k % n;
-                                    let out = if in_place && me == root { input.clone() } else { vec![-1; count] };
-                                    let algo = NodeAlgo::for_size(bytes, n, false, None).unwrap();
-                                    (NodeColl::Broadcast { root }, algo, out, input_of(root, k, count))
-                                }
-                                4 => {
-                                    // Only the root receives (and may pass its block in place).
-                                    let root = (k / 5) % n;
-                                    let mut out = vec![-1; if me == root { n * count } else { 0 }];
-                                    if in_place && me == root {
-                                        out[me * count..(me + 1) * count].copy_from_slice(&input);
-                                    }
-                                    let want = if me == root { (0..n).flat_map(|r| input_of(r, k, count)).collect() } else { Vec::new() };
-                                    (NodeColl::Gather { root }, NodeAlgo::OneShot, out, want)
-                                }
-                                _ => {
-                                    // Each rank's input is n blocks; its result is the sum of block
-                                    // `me` of every input, scaled by the inputs' scalars.
-                                    let scalar = (me as i64 + 3).to_ne_bytes();
-                                    let red = Reduction::pre_mul_sum(DataType::Int64, &scalar).unwrap();
-                                    let all: Vec<Vec<i64>> = (0..n).map(|r| input_of(r, k, n * count)).collect();
-                                    let want = (0..count)
-                                        .map(|i| (0..n).map(|r| (r as i64 + 3) * all[r][me * count + i]).sum())
-                                        .collect();
-                                    let out = if in_place { input_of(me, k, n * count) } else { vec![-1; count] };
-                                    let algo = match NodeAlgo::for_size(bytes, n, false, None).unwrap() {
-                                        NodeAlgo::OneShot if n * bytes <= ONE_SHOT_INPUT_MAX => NodeAlgo::OneShot,
-                                        _ => NodeAlgo::Direct,
-                                    };
-                                    (NodeColl::ReduceScatter(red), algo, out, want)
-                                }
-                            };
-                            let rs_input = input_of(me, k, n * count);
-                            let send = match coll {
-                                NodeColl::AllGather if in_place => out[me * count..].as_ptr(),
-                                NodeColl::Gather { root } if in_place && root == me => out[me * count..].as_ptr(),
-                                NodeColl::AllReduce(_) | NodeColl::Broadcast { .. } | NodeColl::ReduceScatter(_) if in_place => out.as_ptr(),
-                                NodeColl::ReduceScatter(_) => rs_input.as_ptr(),
-                                _ => input.as_ptr(),
-                            } as *const u8;
-                            // In-place reduce-scatter: the result is block `me` of the input.
-                            let at = if matches!(coll, NodeColl::ReduceScatter(_)) && in_place { me * count } else { 0 };
-                            let recv = out[at..].as_mut_ptr() as *mut u8;
-                            let mut op = NodeOp::new(coll, algo, send, recv, bytes, OpSig::NONE).with_stage_max(stage_max(me));
-                            while !op.is_done() {
-                                op.progress(&mut area, &mut scratch).unwrap();
-                            }
-                            if let Some(i) = (0..want.len()).find(|&i| out[at + i] != want[i]) {
-                                panic!("rank {me}, op {k} ({coll:?}, {count} elements, {algo:?}): element {i} is {} not {}", out[at + i], want[i]);
-                            }
+        on_rank_threads(areas, move |me, mut area| {
+            let mut scratch = Vec::new();
+            for round in 0..3 {
+                for (k, &count) in sizes.iter().enumerate() {
+                    let k = k + round * sizes.len();
+                    // Gathers are one-shot only.
+                    let count = if k % 5 == 4 { count.min(ONE_SHOT_INPUT_MAX / 8) } else { count };
+                    let bytes = count * 8;
+                    let input = input_of(me, k, count);
+                    let in_place = k % 2 == 1;
+                    let (coll, algo, mut out, want): (NodeColl, NodeAlgo, Vec<i64>, Vec<i64>) = match k % 5 {
+                        0 => {
+                            let scalar = (me as i64 + 2).to_ne_bytes();
+                            let red = Reduction::pre_mul_sum(DataType::Int64, &scalar).unwrap();
+                            let all: Vec<Vec<i64>> = (0..n).map(|r| input_of(r, k, count)).collect();
+                            let want = (0..count).map(|i| (0..n).map(|r| (r as i64 + 2) * all[r][i]).sum()).collect();
+                            let algo = NodeAlgo::for_size(bytes, n, false, None).unwrap();
+                            let out = if in_place { input.clone() } else { vec![-1; count] };
+                            (NodeColl::AllReduce(red), algo, out, want)
                         }
+                        1 => {
+                            let mut out = vec![-1; n * count];
+                            if in_place {
+                                out[me * count..(me + 1) * count].copy_from_slice(&input);
+                            }
+                            let want = (0..n).flat_map(|r| input_of(r, k, count)).collect();
+                            let algo = NodeAlgo::for_size(bytes, n, false, None).unwrap();
+                            (NodeColl::AllGather, algo, out, want)
+                        }
+                        2 => {
+                            let root = k % n;
+                            let out = if in_place && me == root { input.clone() } else { vec![-1; count] };
+                            let algo = NodeAlgo::for_size(bytes, n, false, None).unwrap();
+                            (NodeColl::Broadcast { root }, algo, out, input_of(root, k, count))
+                        }
+                        4 => {
+                            // Only the root receives (and may pass its block in place).
+                            let root = (k / 5) % n;
+                            let mut out = vec![-1; if me == root { n * count } else { 0 }];
+                            if in_place && me == root {
+                                out[me * count..(me + 1) * count].copy_from_slice(&input);
+                            }
+                            let want = if me == root {
+                                (0..n).flat_map(|r| input_of(r, k, count)).collect()
+                            } else {
+                                Vec::new()
+                            };
+                            (NodeColl::Gather { root }, NodeAlgo::OneShot, out, want)
+                        }
+                        _ => {
+                            // Each rank's input is n blocks; its result is the sum of block
+                            // `me` of every input, scaled by the inputs' scalars.
+                            let scalar = (me as i64 + 3).to_ne_bytes();
+                            let red = Reduction::pre_mul_sum(DataType::Int64, &scalar).unwrap();
+                            let all: Vec<Vec<i64>> = (0..n).map(|r| input_of(r, k, n * count)).collect();
+                            let want = (0..count)
+                                .map(|i| (0..n).map(|r| (r as i64 + 3) * all[r][me * count + i]).sum())
+                                .collect();
+                            let out = if in_place { input_of(me, k, n * count) } else { vec![-1; count] };
+                            let algo = match NodeAlgo::for_size(bytes, n, false, None).unwrap() {
+                                NodeAlgo::OneShot if n * bytes <= ONE_SHOT_INPUT_MAX => NodeAlgo::OneShot,
+                                _ => NodeAlgo::Direct,
+                            };
+                            (NodeColl::ReduceScatter(red), algo, out, want)
+                        }
+                    };
+                    let rs_input = input_of(me, k, n * count);
+                    let send = match coll {
+                        NodeColl::AllGather if in_place => out[me * count..].as_ptr(),
+                        NodeColl::Gather { root } if in_place && root == me => out[me * count..].as_ptr(),
+                        NodeColl::AllReduce(_) | NodeColl::Broadcast { .. } | NodeColl::ReduceScatter(_)
+                            if in_place =>
+                        {
+                            out.as_ptr()
+                        }
+                        NodeColl::ReduceScatter(_) => rs_input.as_ptr(),
+                        _ => input.as_ptr(),
+                    } as *const u8;
+                    // In-place reduce-scatter: the result is block `me` of the input.
+                    let at = if matches!(coll, NodeColl::ReduceScatter(_)) && in_place { me * count } else { 0 };
+                    let recv = out[at..].as_mut_ptr() as *mut u8;
+                    let mut op = NodeOp::new(coll, algo, send, recv, bytes, OpSig::NONE).with_stage_max(stage_max(me));
+                    while !op.is_done() {
+                        op.progress(&mut area, &mut scratch).unwrap();
                     }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
+                    if let Some(i) = (0..want.len()).find(|&i| out[at + i] != want[i]) {
+                        panic!(
+                            "rank {me}, op {k} ({coll:?}, {count} elements, {algo:?}): element {i} is {} not {}",
+                            out[at + i],
+                            want[i]
+                        );
+                    }
+                }
+            }
+        });
     }
 
     /// Two ranks that treat each other as separate processes broadcast buffers neither
@@ -1502,42 +1515,31 @@ mod tests {
         let chunk = SPLIT_CHUNK;
         let sizes = [SPLIT_MIN, SPLIT_MIN + 1, 5 * chunk + 3, 1 << 22, 64 << 10, 3 * chunk - 1, SPLIT_MIN * 3 + 77];
         let input_of = |k: usize, len: usize| -> Vec<u8> { (0..len).map(|i| ((i * 31 + k * 7) % 251) as u8).collect() };
-        let threads: Vec<_> = areas
-            .into_iter()
-            .enumerate()
-            .map(|(me, mut area)| {
-                std::thread::spawn(move || {
-                    let mut scratch = Vec::new();
-                    for (k, &len) in sizes.iter().cycle().take(4 * sizes.len()).enumerate() {
-                        let root = (k / 2) % 2;
-                        let in_place = k % 2 == 1;
-                        let input = input_of(k, len);
-                        let mut out = if in_place && me == root { input.clone() } else { vec![0xee; len] };
-                        let send = if in_place || me != root { out.as_ptr() } else { input.as_ptr() };
-                        let mut op = NodeOp::new(
-                            NodeColl::Broadcast { root },
-                            NodeAlgo::Direct,
-                            send,
-                            out.as_mut_ptr(),
-                            len,
-                            OpSig::NONE,
-                        )
-                        .with_stage_max(0);
-                        while !op.is_done() {
-                            op.progress(&mut area, &mut scratch).unwrap();
-                        }
-                        if let Some(i) = (0..len).find(|&i| out[i] != input[i]) {
-                            panic!(
-                                "rank {me}, op {k} (root {root}, {len} bytes, in place {in_place}): byte {i} differs"
-                            );
-                        }
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
+        on_rank_threads(areas, move |me, mut area| {
+            let mut scratch = Vec::new();
+            for (k, &len) in sizes.iter().cycle().take(4 * sizes.len()).enumerate() {
+                let root = (k / 2) % 2;
+                let in_place = k % 2 == 1;
+                let input = input_of(k, len);
+                let mut out = if in_place && me == root { input.clone() } else { vec![0xee; len] };
+                let send = if in_place || me != root { out.as_ptr() } else { input.as_ptr() };
+                let mut op = NodeOp::new(
+                    NodeColl::Broadcast { root },
+                    NodeAlgo::Direct,
+                    send,
+                    out.as_mut_ptr(),
+                    len,
+                    OpSig::NONE,
+                )
+                .with_stage_max(0);
+                while !op.is_done() {
+                    op.progress(&mut area, &mut scratch).unwrap();
+                }
+                if let Some(i) = (0..len).find(|&i| out[i] != input[i]) {
+                    panic!("rank {me}, op {k} (root {root}, {len} bytes, in place {in_place}): byte {i} differs");
+                }
+            }
+        });
     }
 
     /// A shared broadcast copy whose ranks were called with different sizes that the
