@@ -188,10 +188,11 @@ pub static PARAMS: &[Param] = &[
     param(
         "FERROCCL_STAGE_PIECE",
         Bytes,
-        "1048576",
-        "Device-buffer operations staged through host memory (ranks on other GPUs or hosts) are cut \
-         into pieces of at least this many bytes (at most 16), whose copies overlap the transfers; \
-         smaller operations than two pieces run whole",
+        "262144",
+        "Device-buffer operations staged through host memory (ranks on other GPUs or hosts) are \
+         copied in and out in pieces of at least this many bytes (at most 16): the host engine \
+         starts on the first piece to land and each finished piece goes back at once, so the copies \
+         overlap the transfers; operations smaller than two pieces are copied whole",
     ),
     param(
         "FERROCCL_TREE_THRESHOLD",

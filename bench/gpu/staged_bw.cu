@@ -37,6 +37,15 @@ static void verify(const float* r, size_t count, int nranks) {
     if (r[i] != (float)nranks) { fprintf(stderr, "wrong result at %zu: %f\n", i, r[i]); MPI_Abort(MPI_COMM_WORLD, 2); }
 }
 
+// The copies the staged path adds, alone: device to pinned host and back, on the stream.
+static double time_copies(float* dev, float* pinned, size_t count, cudaStream_t stream) {
+  double t0 = MPI_Wtime();
+  CUDA(cudaMemcpyAsync(pinned, dev, count * sizeof(float), cudaMemcpyDeviceToHost, stream));
+  CUDA(cudaMemcpyAsync(dev, pinned, count * sizeof(float), cudaMemcpyHostToDevice, stream));
+  CUDA(cudaStreamSynchronize(stream));
+  return MPI_Wtime() - t0;
+}
+
 static double median(std::vector<double> t) {
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
@@ -68,26 +77,34 @@ int main(int argc, char** argv) {
   CUDA(cudaMalloc(&dsend, max_count * sizeof(float)));
   CUDA(cudaMalloc(&drecv, max_count * sizeof(float)));
   std::vector<float> hsend(max_count, 1.0f), hrecv(max_count), check(max_count);
+  float *scratch, *pinned;
+  CUDA(cudaMalloc(&scratch, max_count * sizeof(float)));
+  CUDA(cudaMallocHost(&pinned, max_count * sizeof(float)));
   CUDA(cudaMemcpy(dsend, hsend.data(), max_count * sizeof(float), cudaMemcpyHostToDevice));
   if (rank == 0)
-    printf("# %d ranks, %s; busbw = bytes * 2(n-1)/n / time (GB/s), median\n# %10s %14s %14s %8s\n", nranks,
-           psk ? "TLS (ncclSetEncryption)" : "plaintext", "bytes", "host busbw", "device busbw", "ratio");
+    printf("# %d ranks, %s; busbw = bytes * 2(n-1)/n / time (GB/s), median; times in us; copies = the same bytes\n"
+           "# device -> pinned host -> device on the stream, alone\n# %10s %14s %14s %8s %10s %10s %10s\n", nranks,
+           psk ? "TLS (ncclSetEncryption)" : "plaintext", "bytes", "host busbw", "device busbw", "ratio", "host", "device",
+           "copies");
   // Host and device operations alternate, so that both columns see the same state of the
   // machine (loopback TCP between processes on a shared host drifts by up to 2x over a run).
   for (size_t mib = min_mib; mib <= max_mib; mib *= 2) {
     size_t count = (mib << 20) / sizeof(float);
     int iters = mib >= 64 ? 6 : 12;
-    std::vector<double> th, td;
+    std::vector<double> th, td, tc;
     for (int i = 0; i < iters + 2; i++) {
       double a = time_one(hsend.data(), hrecv.data(), count, false, comm, stream);
       double b = time_one(dsend, drecv, count, true, comm, stream);
-      if (i >= 2) { th.push_back(a); td.push_back(b); }
+      double c = time_copies(scratch, pinned, count, stream);
+      if (i >= 2) { th.push_back(a); td.push_back(b); tc.push_back(c); }
     }
     verify(hrecv.data(), count, nranks);
     CUDA(cudaMemcpy(check.data(), drecv, count * sizeof(float), cudaMemcpyDeviceToHost));
     verify(check.data(), count, nranks);
     double f = 2.0 * (nranks - 1) / nranks * (double)(mib << 20) / 1e9, mh = median(th), md = median(td);
-    if (rank == 0) printf("  %10zu %14.2f %14.2f %8.2f\n", mib << 20, f / mh, f / md, mh / md);
+    if (rank == 0)
+      printf("  %10zu %14.2f %14.2f %8.2f %10.0f %10.0f %10.0f\n", mib << 20, f / mh, f / md, mh / md, mh * 1e6, md * 1e6,
+             median(tc) * 1e6);
   }
   NCCL(ncclCommDestroy(comm));
   MPI_Finalize();

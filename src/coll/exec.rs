@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::plan::{BufId, LocalOp, Plan, RecvAction, Slice, Step};
+use super::progressive::StageProgress;
 use super::reduce::Reduction;
 use crate::error::{Error, Result};
 use crate::interrupt::Watchdog;
@@ -44,6 +45,8 @@ pub struct Work {
     pub node: Option<super::node::NodeOp>,
     /// The call's signature, sent with every message and compared by the receiver.
     pub sig: OpSig,
+    /// Staged device buffers that arrive and leave piece by piece (`coll::progressive`).
+    pub stage: Option<StageProgress>,
 }
 
 // SAFETY: Work only carries addresses of memory its submitter keeps alive until completion.
@@ -63,6 +66,19 @@ struct WorkState {
     done: Vec<bool>,
     remaining: usize,
     scratch: Vec<u64>,
+    /// Staged input known landed, in bytes (refreshed from the flags when a step needs more).
+    landed: usize,
+    /// Per staged output piece, the steps still to write it.
+    writers: Vec<u32>,
+    /// With TRACE logging: when staged input was seen landed and output pieces released.
+    stage_log: Vec<StageEvent>,
+}
+
+/// A staged-buffer event (TRACE): bytes seen landed, or an output piece released.
+#[derive(Clone, Copy, Debug)]
+enum StageEvent {
+    Landed { bytes: usize, at: Instant },
+    Released { piece: usize, at: Instant },
 }
 
 struct PostedRecv {
@@ -84,6 +100,9 @@ struct CommState {
     /// Works that are node-level operations, run one at a time in call order.
     node_works: VecDeque<usize>,
     remaining: usize,
+    /// A step waits for staged input still being copied in: poll, there is no descriptor to
+    /// sleep on.
+    gated: bool,
 }
 
 /// Runs every work of every communicator to completion.
@@ -103,12 +122,36 @@ pub fn execute(comms: &mut [CommWork<'_>]) -> Result<()> {
             break;
         }
     }
+    let started = Instant::now();
     if result.is_ok() {
         result = run_to_completion(comms, states, &mut kept.staging);
     }
+    log_stage_events(comms, states, started);
     kept.trim();
     KEPT.with(|k| *k.borrow_mut() = kept);
     result
+}
+
+/// TRACE: when each staged work's input was seen landed and its output pieces released.
+fn log_stage_events(comms: &[CommWork<'_>], states: &[CommState], started: Instant) {
+    for (cw, st) in comms.iter().zip(states) {
+        for (work, ws) in cw.works.iter().zip(&st.work_state) {
+            let Some(stage) = &work.stage else { continue };
+            if ws.stage_log.is_empty() {
+                continue;
+            }
+            let us = |at: &Instant| at.duration_since(started).as_micros();
+            let events: Vec<String> = ws
+                .stage_log
+                .iter()
+                .map(|e| match e {
+                    StageEvent::Landed { bytes, at } => format!("L{}K@{}", bytes >> 10, us(at)),
+                    StageEvent::Released { piece, at } => format!("R{piece}@{}", us(at)),
+                })
+                .collect();
+            log::trace!(target: "COLL", "staged job {}: {} us; {}", stage.seq(), started.elapsed().as_micros(), events.join(" "));
+        }
+    }
 }
 
 /// Runs one node-level operation (a call outside a group) to completion: the loop of
@@ -356,6 +399,7 @@ impl CommState {
         self.locals.clear();
         self.node_works.clear();
         self.remaining = 0;
+        self.gated = false;
     }
 }
 
@@ -376,6 +420,14 @@ fn reset_state(st: &mut CommState, cw: &CommWork<'_>) -> Result<()> {
         ws.remaining = n;
         ws.scratch.clear();
         ws.scratch.resize(work.plan.scratch_bytes.div_ceil(8), 0);
+        ws.landed = 0;
+        ws.stage_log.clear();
+        match &work.stage {
+            // A node operation has no steps: its output goes back once it is done.
+            Some(_) if work.node.is_some() => {}
+            Some(stage) => stage.count_writers(&work.plan, &mut ws.writers),
+            None => {}
+        }
         st.remaining += n;
         if work.node.is_some() {
             st.node_works.push_back(w);
@@ -455,12 +507,39 @@ fn deps_done(work: &Work, ws: &WorkState, s: usize) -> bool {
     work.plan.steps[s].deps.iter().all(|&d| ws.done[d as usize])
 }
 
-fn mark_done(st: &mut CommState, (w, s): StepRef) {
+/// A step may start: its dependencies are done and the staged input it touches has landed.
+fn can_start(work: &Work, ws: &mut WorkState, s: usize, gated: &mut bool) -> bool {
+    if !deps_done(work, ws, s) {
+        return false;
+    }
+    let Some(stage) = &work.stage else { return true };
+    let needed = StageProgress::input_needed(&work.plan.steps[s].step);
+    if needed > ws.landed {
+        let landed = stage.landed_bytes();
+        if landed > ws.landed && log::log_enabled!(target: "COLL", log::Level::Trace) {
+            ws.stage_log.push(StageEvent::Landed { bytes: landed, at: Instant::now() });
+        }
+        ws.landed = landed;
+        if needed > ws.landed {
+            *gated = true;
+            return false;
+        }
+    }
+    true
+}
+
+fn mark_done(works: &[Work], st: &mut CommState, (w, s): StepRef) {
     let ws = &mut st.work_state[w];
     debug_assert!(!ws.done[s]);
     ws.done[s] = true;
     ws.remaining -= 1;
     st.remaining -= 1;
+    if let Some(stage) = &works[w].stage {
+        let released = stage.step_done(&works[w].plan.steps[s].step, &mut ws.writers);
+        if let Some(piece) = released.filter(|_| log::log_enabled!(target: "COLL", log::Level::Trace)) {
+            ws.stage_log.push(StageEvent::Released { piece, at: Instant::now() });
+        }
+    }
 }
 
 /// Address of a slice (bounds were checked in `reset_state`).
@@ -481,15 +560,23 @@ fn progress_comm(
 ) -> Result<bool> {
     let me = cw.rank;
     let mut progressed = false;
+    st.gated = false;
 
-    // The node-level operation in front, if any.
+    // The node-level operation in front, if any (staged input: once all of it has landed).
     if let Some(&w) = st.node_works.front() {
-        let area = cw.links.node_area().ok_or_else(|| Error::internal("node operation without a node area"))?;
-        let op = cw.works[w].node.as_mut().expect("node_works holds node operations");
-        progressed |= op.progress(area, &mut st.work_state[w].scratch)?;
-        if op.is_done() {
-            st.node_works.pop_front();
-            st.remaining -= 1;
+        let landed = cw.works[w].stage.as_ref().is_none_or(StageProgress::all_landed);
+        st.gated |= !landed;
+        if landed {
+            let area = cw.links.node_area().ok_or_else(|| Error::internal("node operation without a node area"))?;
+            let op = cw.works[w].node.as_mut().expect("node_works holds node operations");
+            progressed |= op.progress(area, &mut st.work_state[w].scratch)?;
+            if op.is_done() {
+                st.node_works.pop_front();
+                st.remaining -= 1;
+                if let Some(stage) = &cw.works[w].stage {
+                    stage.release_all();
+                }
+            }
         }
     }
 
@@ -497,11 +584,11 @@ fn progress_comm(
     let mut i = 0;
     while i < st.locals.len() {
         let (w, s) = st.locals[i];
-        if deps_done(&cw.works[w], &st.work_state[w], s) {
+        if can_start(&cw.works[w], &mut st.work_state[w], s, &mut st.gated) {
             let Step::Local(op) = cw.works[w].plan.steps[s].step else { unreachable!("locals hold local steps") };
             run_local(&cw.works[w], &mut st.work_state[w], &op)?;
             st.locals.swap_remove(i);
-            mark_done(st, (w, s));
+            mark_done(&cw.works, st, (w, s));
             progressed = true;
         } else {
             i += 1;
@@ -510,7 +597,9 @@ fn progress_comm(
 
     // Sends and receives to self: matched in FIFO order, done as copies.
     while let (Some(&(sw, ss)), Some(&(rw, rs))) = (st.send_queues[me].front(), st.recv_queues[me].front()) {
-        if !deps_done(&cw.works[sw], &st.work_state[sw], ss) || !deps_done(&cw.works[rw], &st.work_state[rw], rs) {
+        if !can_start(&cw.works[sw], &mut st.work_state[sw], ss, &mut st.gated)
+            || !can_start(&cw.works[rw], &mut st.work_state[rw], rs, &mut st.gated)
+        {
             break;
         }
         let Step::Send { src, .. } = cw.works[sw].plan.steps[ss].step else { unreachable!() };
@@ -531,8 +620,8 @@ fn progress_comm(
         pool.push(std::mem::take(&mut staging));
         st.send_queues[me].pop_front();
         st.recv_queues[me].pop_front();
-        mark_done(st, (sw, ss));
-        mark_done(st, (rw, rs));
+        mark_done(&cw.works, st, (sw, ss));
+        mark_done(&cw.works, st, (rw, rs));
         progressed = true;
     }
 
@@ -542,7 +631,7 @@ fn progress_comm(
             continue;
         }
         while let Some(&(w, s)) = st.send_queues[peer].front() {
-            if !deps_done(&cw.works[w], &st.work_state[w], s) {
+            if !can_start(&cw.works[w], &mut st.work_state[w], s, &mut st.gated) {
                 break;
             }
             let Step::Send { src, .. } = cw.works[w].plan.steps[s].step else { unreachable!() };
@@ -568,7 +657,7 @@ fn progress_comm(
             continue;
         }
         while let Some(&(w, s)) = st.recv_queues[peer].front() {
-            if !deps_done(&cw.works[w], &st.work_state[w], s) {
+            if !can_start(&cw.works[w], &mut st.work_state[w], s, &mut st.gated) {
                 break;
             }
             let Some(conn) = cw.links.recv_conn(peer)? else {
@@ -632,7 +721,7 @@ fn progress_comm(
         let conn = cw.links.send_conn(peer)?;
         if conn.test(req).map_err(|e| name_ranks(e, me, peer))?.is_some() {
             st.posted_sends.swap_remove(i);
-            mark_done(st, r);
+            mark_done(&cw.works, st, r);
             progressed = true;
         } else {
             i += 1;
@@ -653,7 +742,7 @@ fn progress_comm(
             apply_recv(&cw.works[w], &mut st.work_state[w], &dst, &action, &staging)?;
             pool.push(staging);
         }
-        mark_done(st, (w, s));
+        mark_done(&cw.works, st, (w, s));
         progressed = true;
     }
     Ok(progressed)
@@ -772,8 +861,9 @@ fn run_local(work: &Work, ws: &mut WorkState, op: &LocalOp) -> Result<()> {
 /// only yields, and naps briefly after a long idle stretch so oversubscribed ranks share cores.
 fn wait_for_io(comms: &[CommWork<'_>], states: &[CommState], idle_rounds: u32) {
     let mut fds: Vec<libc::pollfd> = Vec::new();
-    // Node operations wait on counters in shared memory: nothing to sleep on.
-    let mut must_spin = states.iter().any(|st| !st.node_works.is_empty());
+    // Node operations wait on counters in shared memory, and gated steps on copies from the
+    // GPU: nothing to sleep on.
+    let mut must_spin = states.iter().any(|st| !st.node_works.is_empty() || st.gated);
     let mut add = |h: Option<WaitHint>| match h {
         Some(h) => {
             let mut events = 0;

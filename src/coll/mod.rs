@@ -16,6 +16,7 @@ pub mod node;
 pub mod one_gpu;
 pub mod plan;
 pub mod plan_cache;
+pub mod progressive;
 pub use crate::reduce;
 #[cfg(test)]
 mod sim;
@@ -199,6 +200,20 @@ pub fn run_one(comm: &Arc<Comm>, req: &OpRequest) -> Result<()> {
     exec::execute(&mut [CommWork { rank: comm.rank, links: &mut links, works }])
 }
 
+/// Runs one staged device operation whose input lands and whose output leaves piece by
+/// piece (`progressive`): the executor starts each step once the input it reads has landed.
+pub fn run_progressive(comm: &Arc<Comm>, req: &OpRequest, stage: progressive::StageProgress) -> Result<()> {
+    let tuning = tuning()?;
+    let mut links = comm.links()?;
+    let mut work = prepare(comm, req, tuning)?;
+    if work.send_copy.is_some() {
+        // A private copy of the input is taken before any of it has landed.
+        return Err(Error::internal("staged send and receive buffers overlap"));
+    }
+    work.stage = Some(stage);
+    exec::execute(&mut [CommWork { rank: comm.rank, links: &mut links, works: vec![work] }])
+}
+
 /// Turns a request into a plan over its buffers.
 fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Result<Work> {
     let layout = layout(comm, req)?;
@@ -210,6 +225,7 @@ fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Resul
             send_copy: layout.send_copy,
             node: Some(node),
             sig: layout.sig,
+            stage: None,
         }),
         None => plan_work(comm, req, layout, tuning),
     }
@@ -311,7 +327,7 @@ fn plan_work(comm: &Comm, req: &OpRequest, layout: Layout, tuning: &'static algo
     let plan = plan_cache::cached_plan(comm, &args, choice.algorithm, tuning.chunk_bytes)?;
     log::debug!(target: "COLL", "{} count {} datatype {} in_place {in_place} algorithm {} steps {}", req.op.name(), req.count, req.dtype, plan.algorithm, plan.steps.len());
     let Layout { bufs, send_copy, sig, .. } = layout;
-    Ok(Work { plan, bufs, reduction: req.reduction, send_copy, node: None, sig })
+    Ok(Work { plan, bufs, reduction: req.reduction, send_copy, node: None, sig, stage: None })
 }
 
 /// The signature of a call (`wire::sig`): what every rank's matching call must agree on.

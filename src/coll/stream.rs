@@ -8,10 +8,13 @@
 //! worker:                            wait ready[*] >= seq -> run the host engine on staging -> done = seq
 //! ```
 //!
-//! An operation of 2 MiB and more is cut into pieces (at least FERROCCL_STAGE_PIECE, at most
-//! [`MAX_PIECES`] of them), each with its own sequence number:
-//! the stream queues every piece's copy-in and ready flag, then each piece's done wait and
-//! copy-out, so the copies of one piece overlap the network transfer of the others.
+//! A single operation of two pieces or more (FERROCCL_STAGE_PIECE each, at most 16) is
+//! staged piece by piece ([`super::progressive`]): the stream flags each input piece as its copy
+//! lands and copies each output piece back as soon as the worker releases it, while the host
+//! engine starts every step once the input it reads has landed. The copies then overlap the
+//! transfers instead of adding to them. From 64 MiB (`SEPARATE_PIECES_MIN`) on, an all-reduce,
+//! broadcast or reduce is instead run as separate operations on pieces of its buffers, which
+//! the host engine runs faster than one operation of that size.
 //!
 //! The host engine ([`super::run`]) runs unchanged on the staged copies, on a worker thread
 //! that belongs to the calling thread (so one thread's calls keep their order, and ranks that
@@ -36,6 +39,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::local_order::LocalOrder;
+use super::progressive::{self, reached, Pieces, StageProgress};
 use super::{buffer_lengths, one_gpu, CollOp, OpRequest};
 use crate::comm::{Comm, CommState};
 use crate::cuda::driver::{self, Context};
@@ -86,11 +90,6 @@ impl Flags {
     fn set_done(&self, seq: u32) {
         self.word(0).store(seq, Ordering::Release);
     }
-}
-
-/// `a` has reached `b` in sequence-number order (wrapping).
-fn reached(a: u32, b: u32) -> bool {
-    a.wrapping_sub(b) < u32::MAX / 2
 }
 
 /// A pinned staging buffer, busy until every stream that copies out of it has passed the
@@ -173,6 +172,8 @@ struct Job {
     /// Queuing its stream work failed part-way: the worker only signals done, so that whatever
     /// the streams already wait for is released.
     abandoned: bool,
+    /// One operation whose staged buffers land and leave piece by piece.
+    progress: Option<StageProgress>,
 }
 
 // SAFETY: a job carries addresses of staging memory it owns and of host buffers whose
@@ -225,11 +226,13 @@ fn worker_loop(shared: &Shared, jobs: mpsc::Receiver<Job>) {
         log::warn!(target: "INIT", "stream worker: {e}");
     }
     while let Ok(mut job) = jobs.recv() {
+        let received = Instant::now();
         let waited = if job.abandoned {
             Err(Error::internal("queuing the device operation on its stream failed (see the caller's error)"))
         } else {
             wait_ready(shared, &job)
         };
+        let ready = Instant::now();
         let result = waited.and_then(|()| {
             for (comm, reqs) in &mut job.by_comm {
                 comm.check_usable("device operation")?;
@@ -237,8 +240,16 @@ fn worker_loop(shared: &Shared, jobs: mpsc::Receiver<Job>) {
                     read_staged_scalar(req)?;
                 }
             }
-            super::run(&job.by_comm)
+            match (&job.progress, job.by_comm.as_slice()) {
+                (Some(progress), [(comm, reqs)]) if reqs.len() == 1 => {
+                    super::run_progressive(comm, &reqs[0], *progress)
+                }
+                _ => super::run(&job.by_comm),
+            }
         });
+        if let Some(progress) = &job.progress {
+            progress.release_all();
+        }
         if let Err(e) = &result {
             log::warn!(target: "COLL", "device-buffer operation failed: {e}");
             for (comm, _) in &job.by_comm {
@@ -246,6 +257,8 @@ fn worker_loop(shared: &Shared, jobs: mpsc::Receiver<Job>) {
             }
         }
         shared.flags.set_done(job.seq);
+        log::trace!(target: "COLL", "staged job {}: inputs ready after {} us, host engine {} us",
+            job.seq, (ready - received).as_micros(), ready.elapsed().as_micros());
         for s in &mut job.staging {
             s.busy_until = job.slots.iter().map(|&slot| (slot, job.seq)).collect();
         }
@@ -271,14 +284,13 @@ fn wait_ready(shared: &Shared, job: &Job) -> Result<()> {
         spins += 1;
         if spins < 2000 {
             std::hint::spin_loop();
+        } else if start.elapsed() < Duration::from_millis(2) {
+            // The copies in are usually under way: a sleep, however short, costs the timer
+            // slack (50 us by default), so give the core away without one.
+            std::thread::yield_now();
         } else {
-            // The stream is still busy with earlier work: sleep a little, more the longer.
-            let waited = start.elapsed();
-            std::thread::sleep(if waited < Duration::from_millis(5) {
-                Duration::from_micros(5)
-            } else {
-                Duration::from_micros(100)
-            });
+            // The stream is still busy with earlier work.
+            std::thread::sleep(Duration::from_micros(100));
         }
     }
 }
@@ -360,6 +372,10 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
             return enqueue_chunked(w, comm.clone(), *req, &plan);
         }
     }
+    if progressive_applies(&ops, piece_bytes())? {
+        let (comm, req) = ops.into_iter().next().expect("one operation");
+        return enqueue_progressive(w, comm, req, piece_bytes());
+    }
     let shared = &w.shared;
     let seq = shared.submitted.load(Ordering::Relaxed).wrapping_add(1);
     let order = MatesOrder::count(&ops);
@@ -419,7 +435,7 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
         // so that no later job is taken for ready by them.
         shared.submitted.store(seq, Ordering::Relaxed);
         let slots = streams.iter().map(|&(_, slot)| slot).collect();
-        let job = Job { seq, by_comm: Vec::new(), slots, staging, abandoned: true };
+        let job = Job { seq, by_comm: Vec::new(), slots, staging, abandoned: true, progress: None };
         w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
         return Err(e);
     }
@@ -435,7 +451,14 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
     }
     let by_comm = super::by_communicator(staged);
     shared.submitted.store(seq, Ordering::Relaxed);
-    let job = Job { seq, by_comm, slots: streams.iter().map(|&(_, slot)| slot).collect(), staging, abandoned: false };
+    let job = Job {
+        seq,
+        by_comm,
+        slots: streams.iter().map(|&(_, slot)| slot).collect(),
+        staging,
+        abandoned: false,
+        progress: None,
+    };
     w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
     Ok(seq)
 }
@@ -452,26 +475,113 @@ fn read_staged_scalar(req: &mut OpRequest) -> Result<()> {
     Ok(())
 }
 
-/// The smallest piece a staged operation is cut into (FERROCCL_STAGE_PIECE, default 1 MiB):
-/// each piece is copied in, reduced or moved by the host engine, and copied out on its own, so
-/// that the copies of one piece overlap the network transfer of others. Large enough that the
-/// host engine runs each near full speed (1 MiB over sockets runs within 10-30% of 8 MiB).
-/// Running an operation's pieces as one group instead, each starting as it lands, measured
-/// slower from 16 MiB (rounds 22-23: 2.1-2.9 GB/s against 2.6-3.8).
+/// The smallest piece a staged buffer is copied in or out as (FERROCCL_STAGE_PIECE, default
+/// 256 KiB; at most [`progressive::MAX_PIECES`] pieces): the host engine starts on the input
+/// as its first piece lands and each output piece goes back once it is final, so the copies
+/// overlap the transfers. An operation smaller than two pieces is staged whole.
 fn piece_bytes() -> usize {
     static PIECE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *PIECE.get_or_init(|| (crate::env::get_bytes("FERROCCL_STAGE_PIECE") as usize).max(4096))
 }
-/// Pieces of one operation at most: the first copy-in and the last copy-out are not
-/// overlapped, so they are 1/16 of the copies or less; more pieces would only add per-operation
-/// work on the host.
-const MAX_PIECES: usize = 16;
 
-/// How to cut a staged operation: element ranges [a, b) of every buffer, in order, covering
-/// the per-rank count exactly, in pieces of at least `chunk_bytes` and at most [`MAX_PIECES`]. `None`: run it whole, when it is small, when its pieces are
-/// not contiguous ranges (all-gather, reduce-scatter, all-to-all, gather and scatter: pieces of
-/// their per-rank blocks need strided copies, which have not run on a GPU yet), or for
-/// point-to-point (see below).
+/// Whether a job of these operations is staged piece by piece: one device operation (of any
+/// kind: the pieces are byte ranges of its buffers, which the ranks need not cut alike)
+/// with a buffer of at least two pieces.
+fn progressive_applies(ops: &[(Arc<Comm>, OpRequest)], piece: usize) -> Result<bool> {
+    let [(comm, req)] = ops else { return Ok(false) };
+    Ok(req.mem.is_device() && worth_pieces(buffer_lengths(req, comm.rank, comm.nranks)?, piece))
+}
+
+fn worth_pieces((send_len, recv_len): (usize, usize), piece: usize) -> bool {
+    send_len.max(recv_len) >= 2 * piece
+}
+
+/// Queues one operation piece by piece ([`progressive`]): its ready flag, then each input
+/// piece's copy and landed flag; then, per output piece, a wait for its released flag and its
+/// copy back; last a wait for the whole job and the out flag. The worker runs the operation
+/// once, starting each step when the input it reads has landed.
+fn enqueue_progressive(w: &Worker, comm: Arc<Comm>, req: OpRequest, piece: usize) -> Result<u32> {
+    let shared = &w.shared;
+    let stream = req.stream;
+    let slot = shared.slot_of(stream)?;
+    let (send_len, recv_len) = buffer_lengths(&req, comm.rank, comm.nranks)?;
+    let es = req.dtype.size();
+    let send_stage = if send_len > 0 { Some(shared.take_staging(send_len)?) } else { None };
+    let recv_stage = if recv_len > 0 { Some(shared.take_staging(recv_len)?) } else { None };
+    let scalar_stage = if req.pre_device.is_some() { Some(shared.take_staging(8)?) } else { None };
+    let flag_stage = shared.take_staging(progressive::FLAG_BYTES)?;
+    let flags_dev = flag_stage.mem.device_ptr()?;
+    let seq = shared.submitted.load(Ordering::Relaxed).wrapping_add(1);
+    let input = Pieces::new(send_len, piece, es);
+    let output = Pieces::new(recv_len, piece, es);
+    // SAFETY: the flag block is FLAG_BYTES (or more) of page-aligned pinned memory, kept by
+    // the job (then by the pool's busy marks) until the stream and the worker are past it.
+    let progress = unsafe { StageProgress::new(flag_stage.mem.as_ptr(), seq, input, output) };
+    progress.reset();
+    let mut host = req;
+    host.mem = MemKind::Host;
+    host.send = send_stage.as_ref().map_or(std::ptr::null(), |s| s.mem.as_ptr() as *const u8);
+    host.recv = recv_stage.as_ref().map_or(std::ptr::null_mut(), |s| s.mem.as_ptr());
+    host.pre_device = scalar_stage.as_ref().map(|s| s.mem.as_ptr() as usize);
+    let order = MatesOrder::count(&[(comm.clone(), req)]);
+    let queued = (|| -> Result<()> {
+        // The copies below: the staging buffers are kept (by the job, then the pool's busy
+        // marks) until the stream has passed the out flag; the device sides are the caller's
+        // buffers, valid per the API contract; the ranges lie within both (Pieces cover
+        // exactly the buffer's length).
+        if let (Some(at), Some(s)) = (req.pre_device, &scalar_stage) {
+            // SAFETY: see above; `at` is the caller's device scalar of one element.
+            unsafe { stream.copy(s.mem.as_ptr(), at as *const u8, es)? };
+        }
+        stream.write_flag(shared.flags.ready_addr(slot), seq)?;
+        if let Some(s) = &send_stage {
+            for k in 0..input.count() {
+                let (a, b) = input.range(k);
+                // SAFETY: see above.
+                unsafe { stream.copy(s.mem.as_ptr().wrapping_add(a), req.send.wrapping_add(a), b - a)? };
+                stream.write_flag(flags_dev + StageProgress::landed_offset(k) as u64, seq)?;
+            }
+        }
+        order.publish_and_wait()?;
+        if let Some(s) = &recv_stage {
+            for k in 0..output.count() {
+                let (a, b) = output.range(k);
+                stream.wait_flag(flags_dev + StageProgress::released_offset(k) as u64, seq)?;
+                // SAFETY: see above, for the way back.
+                unsafe { stream.copy(req.recv.wrapping_add(a), s.mem.as_ptr().wrapping_add(a), b - a)? };
+            }
+        }
+        // The staging is the worker's until the job is done (a send may still read it).
+        stream.wait_flag(shared.flags.done_addr(), seq)?;
+        stream.write_flag(shared.flags.out_addr(slot), seq)
+    })();
+    shared.submitted.store(seq, Ordering::Relaxed);
+    let job = Job {
+        seq,
+        by_comm: vec![(comm, vec![host])],
+        slots: vec![slot],
+        staging: [send_stage, recv_stage, scalar_stage, Some(flag_stage)].into_iter().flatten().collect(),
+        abandoned: queued.is_err(),
+        progress: Some(progress),
+    };
+    // Every queued flag wait is released by the worker, whatever happened above.
+    w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
+    queued.map(|()| seq)
+}
+
+/// From this size on, an all-reduce, broadcast or reduce is staged as separate operations on
+/// pieces of its buffers (at most 16), each copied in, run and copied back on its own: measured
+/// on the H200 host (rounds 28-30), the host engine runs one operation of 64 MiB and more over
+/// sockets at about half the speed of 4 MiB operations in sequence, on staged and on host
+/// buffers alike, so the pieces win there while piecewise staging of one operation wins below.
+const SEPARATE_PIECES_MIN: usize = 64 << 20;
+
+/// How to cut a staged operation into separate operations: element ranges [a, b) of every
+/// buffer, in order, covering the per-rank count exactly, in pieces of at least `chunk_bytes`
+/// and at most [`progressive::MAX_PIECES`]. `None`: below [`SEPARATE_PIECES_MIN`] (staged
+/// piecewise as one operation instead), when its pieces are not contiguous ranges (all-gather,
+/// reduce-scatter, all-to-all, gather and scatter: pieces of their per-rank blocks need
+/// strided copies), or for point-to-point (see below).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct ChunkPlan {
     ranges: Vec<(usize, usize)>,
@@ -490,11 +600,11 @@ fn chunk_plan(req: &OpRequest, chunk_bytes: usize) -> Option<ChunkPlan> {
         CollOp::AllGather | CollOp::ReduceScatter | CollOp::AlltoAll => return None,
         CollOp::Gather { .. } | CollOp::Scatter { .. } => return None,
     }
-    let min_elems = (chunk_bytes / req.dtype.size()).max(1);
-    if req.count < 2 * min_elems {
+    if req.count.saturating_mul(req.dtype.size()) < SEPARATE_PIECES_MIN {
         return None;
     }
-    let piece_elems = min_elems.max(req.count.div_ceil(MAX_PIECES));
+    let min_elems = (chunk_bytes / req.dtype.size()).max(1);
+    let piece_elems = min_elems.max(req.count.div_ceil(progressive::MAX_PIECES));
     let ranges = (0..req.count).step_by(piece_elems).map(|a| (a, (a + piece_elems).min(req.count))).collect();
     Some(ChunkPlan { ranges })
 }
@@ -547,6 +657,7 @@ fn enqueue_chunked(w: &Worker, comm: Arc<Comm>, req: OpRequest, plan: &ChunkPlan
                 slots: vec![slot],
                 staging: Vec::new(),
                 abandoned: false,
+                progress: None,
             });
             stream.write_flag(shared.flags.ready_addr(slot), seq)?;
         }
@@ -569,6 +680,7 @@ fn enqueue_chunked(w: &Worker, comm: Arc<Comm>, req: OpRequest, plan: &ChunkPlan
             slots: vec![slot],
             staging: Vec::new(),
             abandoned: true,
+            progress: None,
         });
     }
     if queued.is_err() {
@@ -749,40 +861,30 @@ mod tests {
     }
 
     #[test]
-    fn large_staged_operations_are_cut_into_pieces_that_cover_them_exactly() {
-        let chunk = 1 << 20; // 262144 floats
+    fn large_staged_operations_are_cut_into_separate_pieces_that_cover_them_exactly() {
+        let piece = 256 << 10;
         for op in [CollOp::AllReduce, CollOp::Broadcast { root: 1 }, CollOp::Reduce { root: 0 }] {
-            let count = 1_000_003;
-            let plan = chunk_plan(&device_req(op, count), chunk).expect("large enough to cut");
-            let per = chunk / 4;
-            assert_eq!(plan.ranges[0], (0, per), "{op:?}");
+            let count = (SEPARATE_PIECES_MIN / 4) + 1_000_003;
+            let plan = chunk_plan(&device_req(op, count), piece).expect("large enough to cut");
+            assert!(plan.ranges.len() <= progressive::MAX_PIECES, "{op:?}");
             let mut next = 0;
             for &(a, b) in &plan.ranges {
                 assert_eq!(a, next, "{op:?}: gap or overlap");
-                assert!(b > a && b - a <= per, "{op:?}: piece size");
+                assert!(b > a, "{op:?}: empty piece");
                 next = b;
             }
             assert_eq!(next, count, "{op:?}: every element once");
             // Every rank plans alike: the plan ignores the rank and the buffers.
-            assert_eq!(chunk_plan(&device_req(op, count), chunk), Some(plan));
+            assert_eq!(chunk_plan(&device_req(op, count), piece), Some(plan));
         }
     }
 
     #[test]
-    fn large_operations_are_cut_into_at_most_max_pieces() {
-        let count = 64 << 20; // 256 MiB of floats
-        let plan = chunk_plan(&device_req(CollOp::AllReduce, count), 1 << 20).expect("cut");
-        assert_eq!(plan.ranges.len(), MAX_PIECES);
-        assert_eq!(plan.ranges.last().map(|r| r.1), Some(count));
-        let mid = chunk_plan(&device_req(CollOp::AllReduce, 2 << 20), 1 << 20).expect("cut"); // 8 MiB
-        assert_eq!(mid.ranges.len(), 8, "1 MiB pieces");
-    }
-
-    #[test]
-    fn small_host_and_block_layout_operations_run_whole() {
-        let chunk = 1 << 20;
-        assert_eq!(chunk_plan(&device_req(CollOp::AllReduce, (2 * chunk / 4) - 1), chunk), None);
-        assert!(chunk_plan(&device_req(CollOp::AllReduce, 2 * chunk / 4), chunk).is_some());
+    fn smaller_host_and_block_layout_operations_are_not_cut() {
+        let piece = 256 << 10;
+        let at = SEPARATE_PIECES_MIN / 4;
+        assert_eq!(chunk_plan(&device_req(CollOp::AllReduce, at - 1), piece), None);
+        assert!(chunk_plan(&device_req(CollOp::AllReduce, at), piece).is_some());
         for op in [
             CollOp::Send { peer: 1 },
             CollOp::Recv { peer: 0 },
@@ -792,11 +894,27 @@ mod tests {
             CollOp::Gather { root: 0 },
             CollOp::Scatter { root: 0 },
         ] {
-            assert_eq!(chunk_plan(&device_req(op, 10_000_000), chunk), None, "{op:?}");
+            assert_eq!(chunk_plan(&device_req(op, 100_000_000), piece), None, "{op:?}");
         }
-        let mut host = device_req(CollOp::AllReduce, 10_000_000);
+        let mut host = device_req(CollOp::AllReduce, 100_000_000);
         host.mem = MemKind::Host;
-        assert_eq!(chunk_plan(&host, chunk), None);
+        assert_eq!(chunk_plan(&host, piece), None);
+    }
+
+    #[test]
+    fn operations_of_two_pieces_or_more_are_staged_piecewise() {
+        let piece = 256 << 10;
+        assert!(!worth_pieces((2 * piece - 1, 2 * piece - 1), piece));
+        assert!(worth_pieces((2 * piece, 0), piece), "a broadcast root's or reduce's input alone");
+        assert!(worth_pieces((0, 2 * piece), piece), "a broadcast receiver's output alone");
+        // Every piece is whole elements, the pieces cover the buffer, and there are never more
+        // than MAX_PIECES (each has a flag of each kind).
+        for len in [2 * piece, 1_000_003 * 4, 256 << 20] {
+            let p = Pieces::new(len, piece, 4);
+            assert!(p.count() >= 2 && p.count() <= progressive::MAX_PIECES, "{len}");
+            assert_eq!(p.range(p.count() - 1).1, len);
+            assert_eq!(p.piece % 4, 0);
+        }
     }
 
     #[test]

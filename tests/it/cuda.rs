@@ -10,7 +10,9 @@ use std::ffi::c_void;
 use std::process::{Command, Stdio};
 
 use cudarc::driver::sys;
-use ferroccl::ffi::coll::{ncclAllGather, ncclAllReduce, ncclBroadcast, ncclRecv, ncclReduceScatter, ncclSend};
+use ferroccl::ffi::coll::{
+    ncclAllGather, ncclAllReduce, ncclBroadcast, ncclRecv, ncclReduce, ncclReduceScatter, ncclSend,
+};
 use ferroccl::ffi::group::{ncclGroupEnd, ncclGroupStart};
 use ferroccl::ffi::init::{ncclCommDestroy, ncclCommInitRank};
 use ferroccl::ffi::mem::{ncclMemAlloc, ncclMemFree};
@@ -417,6 +419,8 @@ fn gpu_processes_staged() {
         return;
     }
     gpu_processes(2, &[("NCCL_P2P_DISABLE", "1")]);
+    // Over sockets: the executor's steps wait for the input pieces they read.
+    gpu_processes(3, &[("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1")]);
 }
 
 /// PreMulSum with a device-resident scalar, written on the stream just before each call: the
@@ -543,7 +547,7 @@ fn large_staged_collectives(rank: usize, n: usize, comm: ncclComm_t) {
     assert!(gpu_context(), "rank thread could not make the context current");
     let stream = new_stream();
     let raw = stream as sys::CUstream;
-    let count = (5 << 20) + 7; // several 8 MiB pieces, and a short last one
+    let count = (5 << 20) + 7; // 16 pieces, the last one short
     let value = |r: usize, i: usize| ((i % 1021) as f32) + (r * 2048) as f32;
     let input: Vec<f32> = (0..count).map(|i| value(rank, i)).collect();
     let send = DevBuf::from(&input);
@@ -566,6 +570,42 @@ fn large_staged_collectives(rank: usize, n: usize, comm: ncclComm_t) {
     }
     let mine: Vec<f32> = (0..count).map(|i| value(rank, i) * n as f32).collect();
     expect_eq(&scattered.download(), &mine, "staged reduce-scatter in pieces");
+
+    // In place (the input pieces are all copied in before any output piece goes back), a
+    // broadcast, a reduce and a send/receive ring, each staged piece by piece.
+    let inplace = DevBuf::from(&input);
+    check(ncclAllReduce(inplace.p(), inplace.p(), count, F32, ncclRedOp_t(0), comm, stream), "staged in place");
+    let root = n - 1;
+    let bcast = DevBuf::from(&vec![rank as f32; count]);
+    check(ncclBroadcast(send.p(), bcast.p(), count, F32, root as i32, comm, stream), "staged broadcast");
+    let reduced = DevBuf::new(count);
+    check(ncclReduce(send.p(), reduced.p(), count, F32, ncclRedOp_t(2), 0, comm, stream), "staged reduce max");
+    let got = DevBuf::new(count);
+    let (to, from) = ((rank + 1) % n, (rank + n - 1) % n);
+    check(ncclGroupStart(), "group start");
+    check(ncclSend(send.p(), count, F32, to as i32, comm, stream), "staged send");
+    check(ncclRecv(got.p(), count, F32, from as i32, comm, stream), "staged recv");
+    check(ncclGroupEnd(), "group end");
+    // A lone send and receive, each staged piece by piece.
+    let lone = DevBuf::new(count);
+    match rank {
+        0 => check(ncclSend(send.p(), count, F32, 1, comm, stream), "lone staged send"),
+        1 => check(ncclRecv(lone.p(), count, F32, 0, comm, stream), "lone staged recv"),
+        _ => {}
+    }
+    sync(stream);
+    if rank == 1 {
+        expect_eq(&lone.download(), &(0..count).map(|i| value(0, i)).collect::<Vec<_>>(), "lone staged receive");
+    }
+    expect_eq(&inplace.download(), &want, "staged all-reduce in place");
+    let root_input: Vec<f32> = (0..count).map(|i| value(root, i)).collect();
+    expect_eq(&bcast.download(), &root_input, "staged broadcast in pieces");
+    if rank == 0 {
+        let max: Vec<f32> = (0..count).map(|i| value(n - 1, i)).collect();
+        expect_eq(&reduced.download(), &max, "staged reduce in pieces");
+    }
+    let from_input: Vec<f32> = (0..count).map(|i| value(from, i)).collect();
+    expect_eq(&got.download(), &from_input, "staged send/receive");
 
     let scalar = DevBuf::from(&[0.0f32]);
     let mut op = ncclRedOp_t(0);
