@@ -46,6 +46,22 @@ static double time_copies(float* dev, float* pinned, size_t count, cudaStream_t 
   return MPI_Wtime() - t0;
 }
 
+// A host-buffer all-reduce while the stream copies the same bytes device -> pinned host ->
+// device, as the staged path does: the host memory traffic of the staged path with its
+// copies perfectly overlapped, i.e. its floor on a host whose memory bandwidth is the limit.
+static double time_host_under_copies(const float* send, float* recv, size_t count, ncclComm_t comm, float* dev,
+                                     float* pinned, cudaStream_t stream) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = MPI_Wtime();
+  CUDA(cudaMemcpyAsync(pinned, dev, count * sizeof(float), cudaMemcpyDeviceToHost, stream));
+  CUDA(cudaMemcpyAsync(dev, pinned, count * sizeof(float), cudaMemcpyHostToDevice, stream));
+  NCCL(ncclAllReduce(send, recv, count, ncclFloat, ncclSum, comm, 0));
+  CUDA(cudaStreamSynchronize(stream));
+  double dt = MPI_Wtime() - t0, worst;
+  MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return worst;
+}
+
 static double median(std::vector<double> t) {
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
@@ -64,6 +80,9 @@ int main(int argc, char** argv) {
     enc.psk = psk;
     NCCL(ncclSetEncryption(&enc));
   }
+  // STAGED_BW_BLOCKING_SYNC=1: the calling thread sleeps in cudaStreamSynchronize instead of
+  // spinning (leaves its core to the library's stream worker).
+  if (getenv("STAGED_BW_BLOCKING_SYNC")) CUDA(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
   CUDA(cudaSetDevice(0));
   ncclUniqueId id;
   if (rank == 0) NCCL(ncclGetUniqueId(&id));
@@ -83,28 +102,31 @@ int main(int argc, char** argv) {
   CUDA(cudaMemcpy(dsend, hsend.data(), max_count * sizeof(float), cudaMemcpyHostToDevice));
   if (rank == 0)
     printf("# %d ranks, %s; busbw = bytes * 2(n-1)/n / time (GB/s), median; times in us; copies = the same bytes\n"
-           "# device -> pinned host -> device on the stream, alone\n# %10s %14s %14s %8s %10s %10s %10s\n", nranks,
+           "# device -> pinned host -> device on the stream, alone; host+copies = a host-buffer call while the\n"
+           "# stream runs those copies (the staged path's floor when host memory bandwidth is the limit)\n"
+           "# %10s %14s %14s %8s %10s %10s %10s %12s %8s\n", nranks,
            psk ? "TLS (ncclSetEncryption)" : "plaintext", "bytes", "host busbw", "device busbw", "ratio", "host", "device",
-           "copies");
+           "copies", "host+copies", "ratio2");
   // Host and device operations alternate, so that both columns see the same state of the
   // machine (loopback TCP between processes on a shared host drifts by up to 2x over a run).
   for (size_t mib = min_mib; mib <= max_mib; mib *= 2) {
     size_t count = (mib << 20) / sizeof(float);
-    int iters = mib >= 64 ? 6 : 12;
-    std::vector<double> th, td, tc;
+    int iters = mib >= 64 ? 8 : mib >= 16 ? 16 : 30;
+    std::vector<double> th, td, tc, tu;
     for (int i = 0; i < iters + 2; i++) {
       double a = time_one(hsend.data(), hrecv.data(), count, false, comm, stream);
       double b = time_one(dsend, drecv, count, true, comm, stream);
       double c = time_copies(scratch, pinned, count, stream);
-      if (i >= 2) { th.push_back(a); td.push_back(b); tc.push_back(c); }
+      double u = time_host_under_copies(hsend.data(), hrecv.data(), count, comm, scratch, pinned, stream);
+      if (i >= 2) { th.push_back(a); td.push_back(b); tc.push_back(c); tu.push_back(u); }
     }
     verify(hrecv.data(), count, nranks);
     CUDA(cudaMemcpy(check.data(), drecv, count * sizeof(float), cudaMemcpyDeviceToHost));
     verify(check.data(), count, nranks);
     double f = 2.0 * (nranks - 1) / nranks * (double)(mib << 20) / 1e9, mh = median(th), md = median(td);
     if (rank == 0)
-      printf("  %10zu %14.2f %14.2f %8.2f %10.0f %10.0f %10.0f\n", mib << 20, f / mh, f / md, mh / md, mh * 1e6, md * 1e6,
-             median(tc) * 1e6);
+      printf("  %10zu %14.2f %14.2f %8.2f %10.0f %10.0f %10.0f %12.0f %8.2f\n", mib << 20, f / mh, f / md, mh / md,
+             mh * 1e6, md * 1e6, median(tc) * 1e6, median(tu) * 1e6, median(tu) / md);
   }
   NCCL(ncclCommDestroy(comm));
   MPI_Finalize();

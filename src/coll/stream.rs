@@ -12,7 +12,7 @@
 //! staged piece by piece ([`super::progressive`]): the stream flags each input piece as its copy
 //! lands and copies each output piece back as soon as the worker releases it, while the host
 //! engine starts every step once the input it reads has landed. The copies then overlap the
-//! transfers instead of adding to them. From 64 MiB (`SEPARATE_PIECES_MIN`) on, an all-reduce,
+//! transfers instead of adding to them. From 32 MiB (`SEPARATE_PIECES_MIN`) on, an all-reduce,
 //! broadcast or reduce is instead run as separate operations on pieces of its buffers, which
 //! the host engine runs faster than one operation of that size.
 //!
@@ -524,11 +524,11 @@ fn enqueue_progressive(w: &Worker, comm: Arc<Comm>, req: OpRequest, piece: usize
     host.recv = recv_stage.as_ref().map_or(std::ptr::null_mut(), |s| s.mem.as_ptr());
     host.pre_device = scalar_stage.as_ref().map(|s| s.mem.as_ptr() as usize);
     let order = MatesOrder::count(&[(comm.clone(), req)]);
-    let queued = (|| -> Result<()> {
-        // The copies below: the staging buffers are kept (by the job, then the pool's busy
-        // marks) until the stream has passed the out flag; the device sides are the caller's
-        // buffers, valid per the API contract; the ranges lie within both (Pieces cover
-        // exactly the buffer's length).
+    // The copies below: the staging buffers are kept (by the job, then the pool's busy marks)
+    // until the stream has passed the out flag; the device sides are the caller's buffers,
+    // valid per the API contract; the ranges lie within both (Pieces cover exactly the
+    // buffer's length).
+    let queued_in = (|| -> Result<()> {
         if let (Some(at), Some(s)) = (req.pre_device, &scalar_stage) {
             // SAFETY: see above; `at` is the caller's device scalar of one element.
             unsafe { stream.copy(s.mem.as_ptr(), at as *const u8, es)? };
@@ -542,39 +542,46 @@ fn enqueue_progressive(w: &Worker, comm: Arc<Comm>, req: OpRequest, piece: usize
                 stream.write_flag(flags_dev + StageProgress::landed_offset(k) as u64, seq)?;
             }
         }
-        order.publish_and_wait()?;
-        if let Some(s) = &recv_stage {
-            for k in 0..output.count() {
-                let (a, b) = output.range(k);
-                stream.wait_flag(flags_dev + StageProgress::released_offset(k) as u64, seq)?;
-                // SAFETY: see above, for the way back.
-                unsafe { stream.copy(req.recv.wrapping_add(a), s.mem.as_ptr().wrapping_add(a), b - a)? };
-            }
-        }
-        // The staging is the worker's until the job is done (a send may still read it).
-        stream.wait_flag(shared.flags.done_addr(), seq)?;
-        stream.write_flag(shared.flags.out_addr(slot), seq)
+        Ok(())
     })();
+    let recv_base = recv_stage.as_ref().map(|s| s.mem.as_ptr());
     shared.submitted.store(seq, Ordering::Relaxed);
     let job = Job {
         seq,
         by_comm: vec![(comm, vec![host])],
         slots: vec![slot],
         staging: [send_stage, recv_stage, scalar_stage, Some(flag_stage)].into_iter().flatten().collect(),
-        abandoned: queued.is_err(),
+        abandoned: queued_in.is_err(),
         progress: Some(progress),
     };
-    // Every queued flag wait is released by the worker, whatever happened above.
+    // The worker starts now, on the first piece to land, while the way back is queued. Every
+    // flag the stream waits for is set by the worker, whatever happens here: if queuing the
+    // rest fails, the operation still runs (its peers need it), and its staging stays busy.
     w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
-    queued.map(|()| seq)
+    queued_in?;
+    order.publish_and_wait()?;
+    if let Some(base) = recv_base {
+        for k in 0..output.count() {
+            let (a, b) = output.range(k);
+            stream.wait_flag(flags_dev + StageProgress::released_offset(k) as u64, seq)?;
+            // SAFETY: see above, for the way back.
+            unsafe { stream.copy(req.recv.wrapping_add(a), base.wrapping_add(a), b - a)? };
+        }
+    }
+    // The staging is the worker's until the job is done (a send may still read it).
+    stream.wait_flag(shared.flags.done_addr(), seq)?;
+    stream.write_flag(shared.flags.out_addr(slot), seq)?;
+    Ok(seq)
 }
 
 /// From this size on, an all-reduce, broadcast or reduce is staged as separate operations on
-/// pieces of its buffers (at most 16), each copied in, run and copied back on its own: measured
-/// on the H200 host (rounds 28-30), the host engine runs one operation of 64 MiB and more over
-/// sockets at about half the speed of 4 MiB operations in sequence, on staged and on host
-/// buffers alike, so the pieces win there while piecewise staging of one operation wins below.
-const SEPARATE_PIECES_MIN: usize = 64 << 20;
+/// pieces of its buffers (at most 16), each copied in, run and copied back on its own: on the
+/// H200 host (rounds 30-31) the host engine, run by the stream worker, takes one staged
+/// operation of 32 MiB and more over sockets at half the speed or less of the same bytes as
+/// 2-4 MiB operations in sequence, so the pieces win there (0.70-0.75x of host buffers at
+/// 32 MiB against 0.50-0.85x) while piecewise staging of one operation wins below (16 MiB:
+/// 0.66-0.87x against 0.59-0.65x).
+const SEPARATE_PIECES_MIN: usize = 32 << 20;
 
 /// How to cut a staged operation into separate operations: element ranges [a, b) of every
 /// buffer, in order, covering the per-rank count exactly, in pieces of at least `chunk_bytes`
