@@ -74,11 +74,26 @@ struct WorkState {
     stage_log: Vec<StageEvent>,
 }
 
-/// A staged-buffer event (TRACE): bytes seen landed, or an output piece released.
+/// A staged-buffer event (TRACE): bytes seen landed, an output piece released, a send or
+/// receive step posted or completed, or a sleep of the executor waiting for its sockets.
 #[derive(Clone, Copy, Debug)]
 enum StageEvent {
     Landed { bytes: usize, at: Instant },
     Released { piece: usize, at: Instant },
+    Posted { send: bool, step: usize, at: Instant },
+    Completed { send: bool, step: usize, at: Instant },
+    Slept { from: Instant, at: Instant },
+}
+
+fn tracing_stages() -> bool {
+    log::log_enabled!(target: "COLL", log::Level::Trace)
+}
+
+/// Records an event of a staged work (TRACE only).
+fn stage_event(work: &Work, ws: &mut WorkState, event: impl FnOnce(Instant) -> StageEvent) {
+    if work.stage.is_some() && tracing_stages() {
+        ws.stage_log.push(event(Instant::now()));
+    }
 }
 
 struct PostedRecv {
@@ -147,9 +162,36 @@ fn log_stage_events(comms: &[CommWork<'_>], states: &[CommState], started: Insta
                 .map(|e| match e {
                     StageEvent::Landed { bytes, at } => format!("L{}K@{}", bytes >> 10, us(at)),
                     StageEvent::Released { piece, at } => format!("R{piece}@{}", us(at)),
+                    StageEvent::Posted { send, step, at } => {
+                        format!("{}{step}@{}", if *send { "S" } else { "V" }, us(at))
+                    }
+                    StageEvent::Completed { send, step, at } => {
+                        format!("{}{step}@{}", if *send { "s" } else { "v" }, us(at))
+                    }
+                    StageEvent::Slept { from, at } => format!("Z{}@{}", at.duration_since(*from).as_micros(), us(from)),
                 })
                 .collect();
-            log::trace!(target: "COLL", "staged job {}: {} us; {}", stage.seq(), started.elapsed().as_micros(), events.join(" "));
+            let slice = |s: &Slice| format!("{:?}{}K+{}K", s.buf, s.offset >> 10, s.len >> 10);
+            let steps: Vec<String> = work
+                .plan
+                .steps
+                .iter()
+                .enumerate()
+                .map(|(i, p)| match &p.step {
+                    Step::Send { peer, src } => format!("{i}:S{peer}:{}", slice(src)),
+                    Step::Recv { peer, dst, .. } => format!("{i}:V{peer}:{}", slice(dst)),
+                    Step::Local(_) => format!("{i}:local"),
+                })
+                .collect();
+            log::trace!(
+                target: "COLL",
+                "staged job {}: {} us; {}; plan {} {}",
+                stage.seq(),
+                started.elapsed().as_micros(),
+                events.join(" "),
+                work.plan.algorithm,
+                steps.join(" ")
+            );
         }
     }
 }
@@ -328,7 +370,15 @@ fn run_to_completion(comms: &mut [CommWork<'_>], states: &mut [CommState], pool:
         if let Some(idle) = watch.idle(mark) {
             return Err(no_progress(comms, states, idle));
         }
+        let slept_from = Instant::now();
         wait_for_io(comms, states, spin.idle_rounds());
+        if tracing_stages() {
+            for (cw, st) in comms.iter().zip(states.iter_mut()) {
+                if let Some(w) = cw.works.iter().position(|w| w.stage.is_some()) {
+                    st.work_state[w].stage_log.push(StageEvent::Slept { from: slept_from, at: Instant::now() });
+                }
+            }
+        }
     }
 }
 
@@ -516,7 +566,7 @@ fn can_start(work: &Work, ws: &mut WorkState, s: usize, gated: &mut bool) -> boo
     let needed = StageProgress::input_needed(&work.plan.steps[s].step);
     if needed > ws.landed {
         let landed = stage.landed_bytes();
-        if landed > ws.landed && log::log_enabled!(target: "COLL", log::Level::Trace) {
+        if landed > ws.landed && tracing_stages() {
             ws.stage_log.push(StageEvent::Landed { bytes: landed, at: Instant::now() });
         }
         ws.landed = landed;
@@ -536,7 +586,7 @@ fn mark_done(works: &[Work], st: &mut CommState, (w, s): StepRef) {
     st.remaining -= 1;
     if let Some(stage) = &works[w].stage {
         let released = stage.step_done(&works[w].plan.steps[s].step, &mut ws.writers);
-        if let Some(piece) = released.filter(|_| log::log_enabled!(target: "COLL", log::Level::Trace)) {
+        if let Some(piece) = released.filter(|_| tracing_stages()) {
             ws.stage_log.push(StageEvent::Released { piece, at: Instant::now() });
         }
     }
@@ -644,6 +694,11 @@ fn progress_comm(
                 Some(req) => {
                     st.send_queues[peer].pop_front();
                     st.posted_sends.push((peer, req, (w, s)));
+                    stage_event(&cw.works[w], &mut st.work_state[w], |at| StageEvent::Posted {
+                        send: true,
+                        step: s,
+                        at,
+                    });
                     progressed = true;
                 }
                 None => break,
@@ -702,6 +757,11 @@ fn progress_comm(
                 Some(req) => {
                     st.recv_queues[peer].pop_front();
                     st.posted_recvs.push(PostedRecv { peer, req, step: (w, s), staging });
+                    stage_event(&cw.works[w], &mut st.work_state[w], |at| StageEvent::Posted {
+                        send: false,
+                        step: s,
+                        at,
+                    });
                     progressed = true;
                 }
                 None => {
@@ -721,6 +781,11 @@ fn progress_comm(
         let conn = cw.links.send_conn(peer)?;
         if conn.test(req).map_err(|e| name_ranks(e, me, peer))?.is_some() {
             st.posted_sends.swap_remove(i);
+            stage_event(&cw.works[r.0], &mut st.work_state[r.0], |at| StageEvent::Completed {
+                send: true,
+                step: r.1,
+                at,
+            });
             mark_done(&cw.works, st, r);
             progressed = true;
         } else {
@@ -737,6 +802,7 @@ fn progress_comm(
         }
         let posted = st.posted_recvs.swap_remove(i);
         let (w, s) = posted.step;
+        stage_event(&cw.works[w], &mut st.work_state[w], |at| StageEvent::Completed { send: false, step: s, at });
         if let Some(staging) = posted.staging {
             let Step::Recv { dst, action, .. } = cw.works[w].plan.steps[s].step else { unreachable!() };
             apply_recv(&cw.works[w], &mut st.work_state[w], &dst, &action, &staging)?;
