@@ -230,15 +230,16 @@ launch=("$MPIRUN" --oversubscribe --bind-to none -x NCCL_SOCKET_IFNAME=lo)
 # ferroccl's version line and transport, from a one-size run with NCCL_DEBUG=INFO.
 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALL timeout 120 "${launch[@]}" -np 2 -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS "$fbench" all_reduce -b 1M -e 1M -n 1 -w 0 -c 0 \
     "${fextra[@]}" >"$logs/probe.txt" 2>&1
-# Links connect on first use, and all-reduce, all-gather and large broadcasts on one host go
-# through the node area: the point-to-point transport shows in a small broadcast.
-NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALL timeout 120 "${launch[@]}" -np 2 -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS "$fbench" broadcast -b 4K -e 4K -n 1 -w 0 -c 0 \
+# Links connect on first use, and all-reduce, all-gather and small and large broadcasts on one
+# host go through the node area: the point-to-point transport shows in a 24 KB broadcast
+# (between the node area's one-shot and pull sizes at 2 ranks).
+NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALL timeout 120 "${launch[@]}" -np 2 -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS "$fbench" broadcast -b 24K -e 24K -n 1 -w 0 -c 0 \
     "${fextra[@]}" >>"$logs/probe.txt" 2>&1
 {
     echo "ferroccl_version=$(grep -m1 'NCCL INFO NCCL version' "$logs/probe.txt" | sed 's/.*NCCL INFO //')"
     echo "ferroccl_bench_version=$(grep -m1 '^# ferroccl-bench version' "$logs/probe.txt" | sed 's/^# //')"
     echo "ferroccl_transport=$(grep -o ' via [^ ]*' "$logs/probe.txt" | sed 's/^ via //' | sort | uniq -c |
-        awk '{printf "%s%s (%s connections)", (NR > 1 ? ", " : ""), $2, $1}') at 2 ranks (4 KiB broadcast)"
+        awk '{printf "%s%s (%s connections)", (NR > 1 ? ", " : ""), $2, $1}') at 2 ranks (24 KB broadcast)"
     echo "ferroccl_node_area=$(grep -m1 -o 'Node area: .*' "$logs/probe.txt")"
     echo "ferroccl_buffers=$(grep -m1 -o 'host memory from .*' "$logs/probe.txt" | sed 's/^host memory from //')"
     echo "ferroccl_transport_lines=$(grep -o 'Channel .* via .*' "$logs/probe.txt" | sort -u | paste -sd ';' -)"

@@ -378,13 +378,19 @@ fn node_algorithm(comm: &Comm, req: &OpRequest, bytes: usize, tuning: &algo::Tun
             let oversubscribed = comm.nranks > crate::topo::usable_cores();
             node::NodeAlgo::for_size(bytes, comm.nranks, oversubscribed, tuning.node_one_shot_max)
         }
-        CollOp::Broadcast { .. } if bytes >= node::BROADCAST_DIRECT_MIN => Some(node::NodeAlgo::Direct),
-        // Small broadcasts: the root posts into its slot, the others copy it out.
+        // Small broadcasts: the root posts into a slot and returns, the others copy it out.
         CollOp::Broadcast { .. } => {
             let oversubscribed = comm.nranks > crate::topo::usable_cores();
-            match node::NodeAlgo::for_size(bytes, comm.nranks, oversubscribed, tuning.node_one_shot_max) {
-                Some(node::NodeAlgo::OneShot) => Some(node::NodeAlgo::OneShot),
-                _ => None,
+            let one_shot_max = tuning
+                .node_one_shot_max
+                .unwrap_or_else(|| node::broadcast_one_shot_max(comm.nranks, oversubscribed))
+                .min(node::ONE_SHOT_INPUT_MAX);
+            if bytes <= one_shot_max {
+                Some(node::NodeAlgo::OneShot)
+            } else if bytes >= node::BROADCAST_DIRECT_MIN {
+                Some(node::NodeAlgo::Direct)
+            } else {
+                None
             }
         }
         // Each rank reads its block of every input once: one round, where a ring takes n - 1.

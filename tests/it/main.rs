@@ -1,6 +1,7 @@
 //! Integration tests through the C ABI, with ranks as threads of this process.
 //! One binary (module per area), as in rustls' tests/api.
 
+mod broadcast_stream;
 mod collectives;
 mod common;
 mod cuda;

@@ -70,6 +70,10 @@ fn child_rank() {
     if scenario == "bcast" {
         large_broadcasts(rank, comm);
     }
+    if scenario == "bcaststream" {
+        crate::broadcast_stream::run_stream(rank, 2, comm);
+        println!("CHILD {rank} broadcast stream OK");
+    }
     if scenario == "shareheap" {
         shared_heap_buffers(rank, comm);
         ordinary_buffers(rank, comm);
@@ -128,12 +132,12 @@ fn stopped_scenario(rank: usize, comm: ncclComm_t, send: &[f32], recv: &mut [f32
     println!("CHILD 0 destroyed");
 }
 
-/// Broadcasts (small ones over the pairwise shared-memory connections, large ones through the
-/// node area) and all-reduces of ncclMemAlloc'd buffers, which ranks on one host map and
-/// reduce in place.
+/// Broadcasts (between the node area's one-shot and pull sizes, 16-32 KiB at 2 ranks, over the
+/// pairwise shared-memory connections; large ones through the node area) and all-reduces of
+/// ncclMemAlloc'd buffers, which ranks on one host map and reduce in place.
 fn plain_extras(rank: usize, comm: ncclComm_t) {
     let s: *mut c_void = std::ptr::null_mut();
-    for (count, root) in [(1000, 0), (1000, 1), (1 << 16, 0), (1 << 16, 1)] {
+    for (count, root) in [(6000, 0), (6000, 1), (1 << 16, 0), (1 << 16, 1)] {
         let mut buf = vec![if rank == root { 7.0f32 } else { 0.0 }; count];
         let p = buf.as_mut_ptr().cast();
         check(ncclBroadcast(p, p, count, ncclDataType_t(7), root as i32, comm, s), "broadcast");
@@ -394,6 +398,22 @@ fn large_broadcasts_across_processes() {
     for (r, child) in children.into_iter().enumerate() {
         let text = wait_output(child);
         assert!(text.contains(&format!("CHILD {r} large broadcasts OK")), "{text}");
+        assert!(text.contains("Node area: 2 ranks"), "the node area must be in use:\n{text}");
+    }
+}
+
+/// Back-to-back broadcasts whose roots run ahead of their receivers, mixed with all-reduces
+/// and groups, between two processes (see `broadcast_stream`).
+#[test]
+fn back_to_back_broadcasts_across_processes() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    let id = unique_id();
+    let children: Vec<Child> = (0..2).map(|r| spawn(r, "bcaststream", &id, &[])).collect();
+    for (r, child) in children.into_iter().enumerate() {
+        let text = wait_output(child);
+        assert!(text.contains(&format!("CHILD {r} broadcast stream OK")), "{text}");
         assert!(text.contains("Node area: 2 ranks"), "the node area must be in use:\n{text}");
     }
 }
