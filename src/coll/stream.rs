@@ -134,7 +134,7 @@ impl Shared {
         let best = pool
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.mem.len() >= len && self.is_free(s))
+            .filter(|(_, s)| serves(s.mem.len(), len) && self.is_free(s))
             .min_by_key(|(_, s)| s.mem.len())
             .map(|(i, _)| i);
         if let Some(i) = best {
@@ -144,10 +144,10 @@ impl Shared {
         }
         // Pinned memory is never freed while the worker lives: freeing it can wait for every
         // stream of the context, including one that waits on this library. Buffers are reused
-        // by size (a larger free one serves), so the pool stays within about twice the
-        // largest operation's bytes.
+        // by size ([`serves`]), so the pool stays within about twice the largest operation's
+        // bytes per operation in flight.
         drop(pool);
-        Ok(Staging { mem: Pinned::new(len.next_power_of_two().max(4096))?, busy_until: Vec::new() })
+        Ok(Staging { mem: Pinned::new(staging_size(len))?, busy_until: Vec::new() })
     }
 
     fn give_back(&self, staging: Vec<Staging>) {
@@ -160,6 +160,19 @@ impl Shared {
             done = self.completed_changed.wait(done).unwrap_or_else(|p| p.into_inner());
         }
     }
+}
+
+/// Bytes of a new staging buffer for `len` bytes: a power of two, a page at least.
+fn staging_size(len: usize) -> usize {
+    len.next_power_of_two().max(4096)
+}
+
+/// Whether a free pooled buffer of `have` bytes serves `len`: large enough, and at most one
+/// size class above what a new one would be, so that a piece's flag block or a small
+/// operation never ties up a large buffer that the next large operation then allocates
+/// again (pinned allocations are slow and never freed).
+fn serves(have: usize, len: usize) -> bool {
+    have >= len && have <= 2 * staging_size(len)
 }
 
 /// One group's (or call's) device operations, as the worker runs them.
@@ -906,6 +919,17 @@ mod tests {
         let mut host = device_req(CollOp::AllReduce, 100_000_000);
         host.mem = MemKind::Host;
         assert_eq!(chunk_plan(&host, piece), None);
+    }
+
+    #[test]
+    fn small_requests_do_not_take_large_staging_buffers() {
+        assert!(serves(4096, progressive::FLAG_BYTES));
+        assert!(serves(8192, progressive::FLAG_BYTES));
+        assert!(!serves(1 << 20, progressive::FLAG_BYTES), "a flag block in a 1 MiB buffer");
+        assert!(serves(4 << 20, 3 << 20) && serves(8 << 20, 3 << 20));
+        assert!(!serves(16 << 20, 3 << 20) && !serves(2 << 20, 3 << 20));
+        assert_eq!(staging_size(3 << 20), 4 << 20);
+        assert_eq!(staging_size(8), 4096);
     }
 
     #[test]
