@@ -15,6 +15,7 @@ mod lifecycle;
 mod mismatch;
 mod nonblocking;
 mod processes;
+mod progressive;
 mod recreate;
 mod shrink;
 mod tls;
