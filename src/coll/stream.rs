@@ -623,9 +623,10 @@ fn chunk_plan(req: &OpRequest, chunk_bytes: usize) -> Option<ChunkPlan> {
     if req.count.saturating_mul(req.dtype.size()) < SEPARATE_PIECES_MIN {
         return None;
     }
-    let min_elems = (chunk_bytes / req.dtype.size()).max(1);
-    let piece_elems = min_elems.max(req.count.div_ceil(progressive::MAX_PIECES));
-    let ranges = (0..req.count).step_by(piece_elems).map(|a| (a, (a + piece_elems).min(req.count))).collect();
+    // The same cut as a piecewise operation's buffers, in elements.
+    let es = req.dtype.size();
+    let pieces = Pieces::new(req.count * es, chunk_bytes, es);
+    let ranges = (0..pieces.count()).map(|k| pieces.range(k)).map(|(a, b)| (a / es, b / es)).collect();
     Some(ChunkPlan { ranges })
 }
 
