@@ -542,6 +542,12 @@ pub fn is_installed() -> bool {
 }
 
 /// The process's `NCCL_DEBUG` level.
+/// Wall-clock microseconds (modulo 1000 s) for TRACE lines: one clock for every process of
+/// the host, so that ranks' timelines can be lined up.
+pub fn wall_us() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() % 1_000_000_000)
+}
+
 pub fn debug_level() -> DebugLevel {
     logger().config.level
 }

@@ -195,6 +195,14 @@ pub static PARAMS: &[Param] = &[
          overlap the transfers; operations smaller than two pieces are copied whole",
     ),
     param(
+        "FERROCCL_STAGE_SEPARATE_MIN",
+        Bytes,
+        "33554432",
+        "From this size on, a staged all-reduce, broadcast or reduce on device buffers runs as up \
+         to 16 separate operations on pieces of its buffers instead of one operation staged piece \
+         by piece; the same on every rank",
+    ),
+    param(
         "FERROCCL_TREE_THRESHOLD",
         Bytes,
         "65536",

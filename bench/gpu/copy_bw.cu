@@ -1,6 +1,8 @@
 // Device-to-device copy bandwidth on the current GPU: the memory-bandwidth ceiling the GPU
 // path is measured against (bytes read plus bytes written per second). Median of 20 timed
-// copies after 3 warm-ups, timed with CUDA events.
+// copies after 3 warm-ups, timed with CUDA events. Then the same for cudaMemset (bytes written
+// per second): the ceiling of write-heavy traffic, such as an all-gather or broadcast of many
+// ranks sharing the GPU (one read, P writes).
 //   nvcc -O2 -gencode=arch=compute_90,code=sm_90 copy_bw.cu -o copy_bw && ./copy_bw [MiB]
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -35,5 +37,18 @@ int main(int argc, char** argv) {
   float med = ms[ms.size() / 2];
   printf("copy %zu MiB device-to-device: median %.3f ms, %.1f GB/s each way, %.1f GB/s read+written\n",
          mib, med, bytes / med / 1e6, 2.0 * bytes / med / 1e6);
+  ms.clear();
+  for (int i = 0; i < 23; i++) {
+    CHECK(cudaEventRecord(start));
+    CHECK(cudaMemset(b, i, bytes));
+    CHECK(cudaEventRecord(stop));
+    CHECK(cudaEventSynchronize(stop));
+    float t;
+    CHECK(cudaEventElapsedTime(&t, start, stop));
+    if (i >= 3) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  med = ms[ms.size() / 2];
+  printf("memset %zu MiB: median %.3f ms, %.1f GB/s written\n", mib, med, bytes / med / 1e6);
   return 0;
 }

@@ -3,6 +3,11 @@
 // transfers) against the host path over the same transport. Ranks are MPI processes; with
 // FERROCCL_BENCH_PSK set (a key of at least 32 bytes) the run is encrypted (ncclSetEncryption).
 // Force sockets between ranks of one host with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1.
+// "host cold" is the host call again after each rank has written a buffer larger than the last
+// level cache (STAGED_BW_EVICT_MIB, default 512): its buffers come from DRAM, as the staged
+// path's do (the stream's DMA writes them), instead of from cache as in a benchmark loop.
+// "floor" is the cold host call while the stream runs the staging copies of the same bytes: the
+// host memory traffic of the staged path, with its copies perfectly overlapped, from DRAM.
 //   nvcc -O2 -I$PREFIX/include staged_bw.cu -L$PREFIX/lib -lnccl -lmpi -o staged_bw
 //   mpirun -np 2 -x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 ./staged_bw [min_MiB] [max_MiB]
 #include <cuda_runtime.h>
@@ -72,6 +77,8 @@ int main(int argc, char** argv) {
   int rank, nranks;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  size_t evict_bytes = (size_t)(getenv("STAGED_BW_EVICT_MIB") ? atoi(getenv("STAGED_BW_EVICT_MIB")) : 512) << 20;
+  std::vector<char> junk(evict_bytes);
   size_t min_mib = argc > 1 ? strtoull(argv[1], 0, 10) : 1, max_mib = argc > 2 ? strtoull(argv[2], 0, 10) : 256;
   const char* psk = getenv("FERROCCL_BENCH_PSK");
   if (psk) {
@@ -101,32 +108,40 @@ int main(int argc, char** argv) {
   CUDA(cudaMallocHost(&pinned, max_count * sizeof(float)));
   CUDA(cudaMemcpy(dsend, hsend.data(), max_count * sizeof(float), cudaMemcpyHostToDevice));
   if (rank == 0)
-    printf("# %d ranks, %s; busbw = bytes * 2(n-1)/n / time (GB/s), median; times in us; copies = the same bytes\n"
-           "# device -> pinned host -> device on the stream, alone; host+copies = a host-buffer call while the\n"
-           "# stream runs those copies (the staged path's floor when host memory bandwidth is the limit)\n"
-           "# %10s %14s %14s %8s %10s %10s %10s %12s %8s\n", nranks,
-           psk ? "TLS (ncclSetEncryption)" : "plaintext", "bytes", "host busbw", "device busbw", "ratio", "host", "device",
-           "copies", "host+copies", "ratio2");
+    printf("# %d ranks, %s; busbw = bytes * 2(n-1)/n / time (GB/s), median; then times in us; cold = the\n"
+           "# host call with its buffers evicted from cache first; copies = the same bytes device -> pinned host\n"
+           "# -> device on the stream, alone; floor = a cold host call while the stream runs those copies;\n"
+           "# r-X = device busbw / X busbw\n"
+           "# %10s %8s %8s %8s %8s %7s %7s %7s %8s %8s %8s %8s %8s\n", nranks,
+           psk ? "TLS (ncclSetEncryption)" : "plaintext", "bytes", "host", "cold", "floor", "device", "r-host",
+           "r-cold", "r-floor", "host", "cold", "floor", "device", "copies");
   // Host and device operations alternate, so that both columns see the same state of the
   // machine (loopback TCP between processes on a shared host drifts by up to 2x over a run).
   for (size_t mib = min_mib; mib <= max_mib; mib *= 2) {
     size_t count = (mib << 20) / sizeof(float);
     int iters = mib >= 64 ? 8 : mib >= 16 ? 16 : 30;
-    std::vector<double> th, td, tc, tu;
+    std::vector<double> th, td, tk, tc, tu;
     for (int i = 0; i < iters + 2; i++) {
       double a = time_one(hsend.data(), hrecv.data(), count, false, comm, stream);
       double b = time_one(dsend, drecv, count, true, comm, stream);
+      memset(junk.data(), i, junk.size());
+      asm volatile("" : : "r"(junk.data()) : "memory");  // the eviction is not dead code
+      double k = time_one(hsend.data(), hrecv.data(), count, false, comm, stream);
       double c = time_copies(scratch, pinned, count, stream);
+      memset(junk.data(), i + 1, junk.size());
+      asm volatile("" : : "r"(junk.data()) : "memory");
       double u = time_host_under_copies(hsend.data(), hrecv.data(), count, comm, scratch, pinned, stream);
-      if (i >= 2) { th.push_back(a); td.push_back(b); tc.push_back(c); tu.push_back(u); }
+      if (i >= 2) { th.push_back(a); td.push_back(b); tk.push_back(k); tc.push_back(c); tu.push_back(u); }
     }
     verify(hrecv.data(), count, nranks);
     CUDA(cudaMemcpy(check.data(), drecv, count * sizeof(float), cudaMemcpyDeviceToHost));
     verify(check.data(), count, nranks);
-    double f = 2.0 * (nranks - 1) / nranks * (double)(mib << 20) / 1e9, mh = median(th), md = median(td);
+    double f = 2.0 * (nranks - 1) / nranks * (double)(mib << 20) / 1e9, mh = median(th), md = median(td),
+           mk = median(tk), mu = median(tu);
     if (rank == 0)
-      printf("  %10zu %14.2f %14.2f %8.2f %10.0f %10.0f %10.0f %12.0f %8.2f\n", mib << 20, f / mh, f / md, mh / md,
-             mh * 1e6, md * 1e6, median(tc) * 1e6, median(tu) * 1e6, median(tu) / md);
+      printf("  %10zu %8.2f %8.2f %8.2f %8.2f %7.2f %7.2f %7.2f %8.0f %8.0f %8.0f %8.0f %8.0f\n", mib << 20, f / mh,
+             f / mk, f / mu, f / md, mh / md, mk / md, mu / md, mh * 1e6, mk * 1e6, mu * 1e6, md * 1e6,
+             median(tc) * 1e6);
   }
   NCCL(ncclCommDestroy(comm));
   MPI_Finalize();

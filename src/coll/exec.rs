@@ -185,9 +185,10 @@ fn log_stage_events(comms: &[CommWork<'_>], states: &[CommState], started: Insta
                 .collect();
             log::trace!(
                 target: "COLL",
-                "staged job {}: {} us; {}; plan {} {}",
+                "staged job {}: {} us from @{} (wall us); {}; plan {} {}",
                 stage.seq(),
                 started.elapsed().as_micros(),
+                crate::debug::wall_us().saturating_sub(started.elapsed().as_micros()),
                 events.join(" "),
                 work.plan.algorithm,
                 steps.join(" ")

@@ -12,7 +12,7 @@
 //! staged piece by piece ([`super::progressive`]): the stream flags each input piece as its copy
 //! lands and copies each output piece back as soon as the worker releases it, while the host
 //! engine starts every step once the input it reads has landed. The copies then overlap the
-//! transfers instead of adding to them. From 32 MiB (`SEPARATE_PIECES_MIN`) on, an all-reduce,
+//! transfers instead of adding to them. From 32 MiB (`FERROCCL_STAGE_SEPARATE_MIN`) on, an all-reduce,
 //! broadcast or reduce is instead run as separate operations on pieces of its buffers, which
 //! the host engine runs faster than one operation of that size.
 //!
@@ -146,7 +146,10 @@ impl Shared {
         // stream of the context, including one that waits on this library. Buffers are reused
         // by size ([`serves`]), so the pool stays within about twice the largest operation's
         // bytes per operation in flight.
+        let (count, bytes) = (pool.len(), pool.iter().map(|s| s.mem.len()).sum::<usize>());
         drop(pool);
+        log::debug!(target: "COLL", "staging pool: new pinned buffer of {} bytes for {len} (pool holds {count} \
+            buffers, {bytes} bytes, none free and of a serving size)", staging_size(len));
         Ok(Staging { mem: Pinned::new(staging_size(len))?, busy_until: Vec::new() })
     }
 
@@ -240,6 +243,7 @@ fn worker_loop(shared: &Shared, jobs: mpsc::Receiver<Job>) {
     }
     while let Ok(mut job) = jobs.recv() {
         let received = Instant::now();
+        let received_wall = crate::debug::wall_us();
         let waited = if job.abandoned {
             Err(Error::internal("queuing the device operation on its stream failed (see the caller's error)"))
         } else {
@@ -269,13 +273,18 @@ fn worker_loop(shared: &Shared, jobs: mpsc::Receiver<Job>) {
                 comm.set_async_error(e);
             }
         }
-        shared.flags.set_done(job.seq);
-        log::trace!(target: "COLL", "staged job {}: inputs ready after {} us, host engine {} us",
-            job.seq, (ready - received).as_micros(), ready.elapsed().as_micros());
+        // Back to the pool before the streams are released: the caller's next operation,
+        // queued as soon as its stream has passed this one, must find these buffers (a new
+        // pinned allocation costs milliseconds). The busy marks keep them from being reused
+        // before the streams have copied out of them.
         for s in &mut job.staging {
             s.busy_until = job.slots.iter().map(|&slot| (slot, job.seq)).collect();
         }
         shared.give_back(std::mem::take(&mut job.staging));
+        shared.flags.set_done(job.seq);
+        log::trace!(target: "COLL", "staged job {}: inputs ready after {} us, host engine {} us; worker got it @{} \
+            and released the streams @{} (wall us)", job.seq, (ready - received).as_micros(), ready.elapsed().as_micros(),
+            received_wall, crate::debug::wall_us());
         let mut done = shared.completed.lock().unwrap_or_else(|p| p.into_inner());
         *done = job.seq;
         shared.completed_changed.notify_all();
@@ -514,6 +523,7 @@ fn worth_pieces((send_len, recv_len): (usize, usize), piece: usize) -> bool {
 /// copy back; last a wait for the whole job and the out flag. The worker runs the operation
 /// once, starting each step when the input it reads has landed.
 fn enqueue_progressive(w: &Worker, comm: Arc<Comm>, req: OpRequest, piece: usize) -> Result<u32> {
+    let began = crate::debug::wall_us();
     let shared = &w.shared;
     let stream = req.stream;
     let slot = shared.slot_of(stream)?;
@@ -571,6 +581,7 @@ fn enqueue_progressive(w: &Worker, comm: Arc<Comm>, req: OpRequest, piece: usize
     // flag the stream waits for is set by the worker, whatever happens here: if queuing the
     // rest fails, the operation still runs (its peers need it), and its staging stays busy.
     w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
+    let handed_over = crate::debug::wall_us();
     queued_in?;
     order.publish_and_wait()?;
     if let Some(base) = recv_base {
@@ -584,21 +595,27 @@ fn enqueue_progressive(w: &Worker, comm: Arc<Comm>, req: OpRequest, piece: usize
     // The staging is the worker's until the job is done (a send may still read it).
     stream.wait_flag(shared.flags.done_addr(), seq)?;
     stream.write_flag(shared.flags.out_addr(slot), seq)?;
+    log::trace!(target: "COLL", "staged job {seq}: enqueue began @{began}, handed to the worker @{handed_over}, \
+        queued @{} (wall us)", crate::debug::wall_us());
     Ok(seq)
 }
 
-/// From this size on, an all-reduce, broadcast or reduce is staged as separate operations on
-/// pieces of its buffers (at most 16), each copied in, run and copied back on its own: on the
+/// From this size on (FERROCCL_STAGE_SEPARATE_MIN, default 32 MiB), an all-reduce, broadcast
+/// or reduce is staged as separate operations on pieces of its buffers (at most 16), each
+/// copied in, run and copied back on its own: on the
 /// H200 host (rounds 30-31) the host engine, run by the stream worker, takes one staged
 /// operation of 32 MiB and more over sockets at half the speed or less of the same bytes as
 /// 2-4 MiB operations in sequence, so the pieces win there (0.70-0.75x of host buffers at
 /// 32 MiB against 0.50-0.85x) while piecewise staging of one operation wins below (16 MiB:
 /// 0.66-0.87x against 0.59-0.65x).
-const SEPARATE_PIECES_MIN: usize = 32 << 20;
+fn separate_pieces_min() -> usize {
+    static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MIN.get_or_init(|| crate::env::get_bytes("FERROCCL_STAGE_SEPARATE_MIN") as usize)
+}
 
 /// How to cut a staged operation into separate operations: element ranges [a, b) of every
 /// buffer, in order, covering the per-rank count exactly, in pieces of at least `chunk_bytes`
-/// and at most [`progressive::MAX_PIECES`]. `None`: below [`SEPARATE_PIECES_MIN`] (staged
+/// and at most [`progressive::MAX_PIECES`]. `None`: below [`separate_pieces_min`] (staged
 /// piecewise as one operation instead), when its pieces are not contiguous ranges (all-gather,
 /// reduce-scatter, all-to-all, gather and scatter: pieces of their per-rank blocks need
 /// strided copies), or for point-to-point (see below).
@@ -620,7 +637,7 @@ fn chunk_plan(req: &OpRequest, chunk_bytes: usize) -> Option<ChunkPlan> {
         CollOp::AllGather | CollOp::ReduceScatter | CollOp::AlltoAll => return None,
         CollOp::Gather { .. } | CollOp::Scatter { .. } => return None,
     }
-    if req.count.saturating_mul(req.dtype.size()) < SEPARATE_PIECES_MIN {
+    if req.count.saturating_mul(req.dtype.size()) < separate_pieces_min() {
         return None;
     }
     // The same cut as a piecewise operation's buffers, in elements.
@@ -885,7 +902,7 @@ mod tests {
     fn large_staged_operations_are_cut_into_separate_pieces_that_cover_them_exactly() {
         let piece = 256 << 10;
         for op in [CollOp::AllReduce, CollOp::Broadcast { root: 1 }, CollOp::Reduce { root: 0 }] {
-            let count = (SEPARATE_PIECES_MIN / 4) + 1_000_003;
+            let count = (separate_pieces_min() / 4) + 1_000_003;
             let plan = chunk_plan(&device_req(op, count), piece).expect("large enough to cut");
             assert!(plan.ranges.len() <= progressive::MAX_PIECES, "{op:?}");
             let mut next = 0;
@@ -903,7 +920,7 @@ mod tests {
     #[test]
     fn smaller_host_and_block_layout_operations_are_not_cut() {
         let piece = 256 << 10;
-        let at = SEPARATE_PIECES_MIN / 4;
+        let at = separate_pieces_min() / 4;
         assert_eq!(chunk_plan(&device_req(CollOp::AllReduce, at - 1), piece), None);
         assert!(chunk_plan(&device_req(CollOp::AllReduce, at), piece).is_some());
         for op in [
