@@ -282,6 +282,48 @@ static __device__ __forceinline__ void fold_one(const FoldParams& p, const typen
     for (u64 m = 0; m < p.n_more; ++m) ((S*)p.more_out[m])[i] = acc;
 }
 
+// A 16-byte store that bypasses L2 retention (evict-first): large outputs are not read again
+// by the kernel, and keeping them would only push out the inputs still to be read.
+static __device__ __forceinline__ void store_streaming(Vec16* at, Vec16 v) {
+    asm volatile("st.global.cs.v2.u64 [%0], {%1, %2};" ::"l"(at), "l"(v.lo), "l"(v.hi) : "memory");
+}
+
+static __device__ __forceinline__ void store16(Vec16* at, Vec16 v, bool streaming) {
+    if (streaming) {
+        store_streaming(at, v);
+    } else {
+        *at = v;
+    }
+}
+
+// From this many bytes per output, outputs are written with streaming stores (fanout_bw.cu on
+// the H200: one source to 4 or 8 destinations 2-5% faster from 128 MiB).
+#define FERROCCL_STREAMING_MIN (4ull << 20)
+
+// A plain copy of `packs` 16-byte packs to every output (no operator, no scalar): four loads
+// in flight per thread before the stores, so that each thread keeps more reads outstanding
+// while its stores drain. Each pack is still read and written by one thread only.
+static __device__ __forceinline__ void fan_out(const FoldParams& p, u64 start, u64 stride, u64 packs, bool streaming) {
+    const Vec16* src = (const Vec16*)p.in[0];
+    u64 j = start;
+    for (; j + 3 * stride < packs; j += 4 * stride) {
+        Vec16 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = src[j + u * stride];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) store16((Vec16*)p.out + j + u * stride, v[u], streaming);
+        for (u64 m = 0; m < p.n_more; ++m) {
+#pragma unroll
+            for (int u = 0; u < 4; ++u) store16((Vec16*)p.more_out[m] + j + u * stride, v[u], streaming);
+        }
+    }
+    for (; j < packs; j += stride) {
+        Vec16 v = src[j];
+        store16((Vec16*)p.out + j, v, streaming);
+        for (u64 m = 0; m < p.n_more; ++m) store16((Vec16*)p.more_out[m] + j, v, streaming);
+    }
+}
+
 template <typename T, int OP>
 static __device__ __forceinline__ void fold(const FoldParams& p) {
     typedef typename T::S S;
@@ -302,7 +344,10 @@ static __device__ __forceinline__ void fold(const FoldParams& p) {
     u64 head = 0;
     if ((misaligned & 15u) == 0) {
         const u64 packs = p.count / E;
-        for (u64 j = start; j < packs; j += stride) {
+        const bool streaming = packs * 16 >= FERROCCL_STREAMING_MIN;
+        const bool plain_copy = p.n_in == 1 && p.pre_mask == 0 && p.post_div == 0;
+        if (plain_copy) fan_out(p, start, stride, packs, streaming);
+        for (u64 j = plain_copy ? packs : start; j < packs; j += stride) {
             Pack<T> acc;
             acc.v = ((const Vec16*)p.in[0])[j];
             if (p.pre_mask & 1u) {
@@ -323,8 +368,8 @@ static __device__ __forceinline__ void fold(const FoldParams& p) {
 #pragma unroll
                 for (int e = 0; e < E; ++e) acc.e[e] = T::div(acc.e[e], p.post_div);
             }
-            ((Vec16*)p.out)[j] = acc.v;
-            for (u64 m = 0; m < p.n_more; ++m) ((Vec16*)p.more_out[m])[j] = acc.v;
+            store16((Vec16*)p.out + j, acc.v, streaming);
+            for (u64 m = 0; m < p.n_more; ++m) store16((Vec16*)p.more_out[m] + j, acc.v, streaming);
         }
         head = packs * E;
     }
