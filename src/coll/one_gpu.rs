@@ -651,6 +651,18 @@ fn launch_for_all(
             // SAFETY: as for the copy above.
             unsafe { kernels::fold(stream, &f) }
         };
+        // Rank g's `send`-side block to every output at offset g * block, as one kernel.
+        let grouped_copy = |sources: &[*const u8], outs: &[*mut u8]| -> Result<bool> {
+            if block == 0 {
+                return Ok(true);
+            }
+            need_kernels(crate::types::DataType::Uint8)?;
+            let f = kernels::FanOut { sources, outs, bytes: block };
+            // SAFETY: sources and outputs are the ranks' live device buffers (exported for
+            // this operation and kept until it completes) of at least `block` bytes per source
+            // and `n * block` per output, by NCCL's buffer-size rules.
+            unsafe { kernels::fan_out(stream, &f) }
+        };
         let fold = |out: *mut u8, more_outs: &[*mut u8], inputs: &[*const u8]| -> Result<()> {
             let red = req.reduction.ok_or_else(|| Error::internal("reduction without an operator"))?;
             need_kernels(req.dtype)?;
@@ -681,6 +693,9 @@ fn launch_for_all(
                     fold(recv[k], &[], &inputs)?;
                 }
             }
+            // One launch when the buffers allow it (kernels::fan_out_params), else one per
+            // source.
+            CollOp::AllGather if grouped_copy(&send, &recv)? => {}
             CollOp::AllGather => {
                 for j in 0..n {
                     let outs: Vec<*mut u8> = recv.iter().map(|&r| at(r, j) as *mut u8).collect();
@@ -690,11 +705,16 @@ fn launch_for_all(
             CollOp::Broadcast { root } => copy_to_all(&recv, send[root])?,
             CollOp::AlltoAll => {
                 for k in 0..n {
+                    let sources: Vec<*const u8> = send.iter().map(|&s| at(s, k)).collect();
+                    if grouped_copy(&sources, &recv[k..=k])? {
+                        continue;
+                    }
                     for j in 0..n {
                         copy_to_all(&[at(recv[k], j) as *mut u8], at(send[j], k))?;
                     }
                 }
             }
+            CollOp::Gather { root } if grouped_copy(&send, &recv[root..=root])? => {}
             CollOp::Gather { root } => {
                 for j in 0..n {
                     copy_to_all(&[at(recv[root], j) as *mut u8], send[j])?;

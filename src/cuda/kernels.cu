@@ -29,7 +29,7 @@ typedef long long i64;
 
 #define FERROCCL_MAX_INPUTS 16
 
-// Kernel parameters, by value. Must match `FoldParams` in kernels.rs (416 bytes).
+// Kernel parameters, by value. Must match `FoldParams` in kernels.rs (568 bytes).
 struct FoldParams {
     void* out;
     const void* in[FERROCCL_MAX_INPUTS];
@@ -48,6 +48,11 @@ struct FoldParams {
     // of the inputs, as out may.
     u64 n_more;
     void* more_out[FERROCCL_MAX_INPUTS];
+    // More than 1: a grouped plain copy in one launch (an all-gather, a gather): group g copies
+    // in[g] to out and to every more_out, each at offset g * group_bytes; `count` elements per
+    // group, every pointer and group_bytes 16-byte aligned, count a whole number of packs.
+    u64 groups;
+    u64 group_bytes;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -328,10 +333,42 @@ static __device__ __forceinline__ void fan_out(const FoldParams& p, u64 start, u
     }
 }
 
+// The grouped plain copy (see FoldParams::groups): per pack index, the groups' loads four at a
+// time, then their stores; a store onto its own source (an in-place all-gather's own block) is
+// skipped.
+static __device__ __forceinline__ void fan_out_groups(const FoldParams& p, u64 start, u64 stride, u64 packs) {
+    const bool streaming = packs * 16 >= FERROCCL_STREAMING_MIN;
+    for (u64 j = start; j < packs; j += stride) {
+        for (u64 g0 = 0; g0 < p.groups; g0 += 4) {
+            const u64 n = p.groups - g0 < 4 ? p.groups - g0 : 4;
+            Vec16 v[4];
+#pragma unroll
+            for (u64 u = 0; u < 4; ++u)
+                if (u < n) v[u] = ((const Vec16*)p.in[g0 + u])[j];
+#pragma unroll
+            for (u64 u = 0; u < 4; ++u) {
+                if (u >= n) break;
+                const Vec16* src = (const Vec16*)p.in[g0 + u] + j;
+                const u64 off = (g0 + u) * p.group_bytes;
+                Vec16* o = (Vec16*)((char*)p.out + off) + j;
+                if (o != src) store16(o, v[u], streaming);
+                for (u64 m = 0; m < p.n_more; ++m) {
+                    Vec16* d = (Vec16*)((char*)p.more_out[m] + off) + j;
+                    if (d != src) store16(d, v[u], streaming);
+                }
+            }
+        }
+    }
+}
+
 template <typename T, int OP>
 static __device__ __forceinline__ void fold(const FoldParams& p) {
     typedef typename T::S S;
     const int E = 16 / sizeof(S);
+    if (p.groups > 1) {
+        fan_out_groups(p, (u64)blockIdx.x * blockDim.x + threadIdx.x, (u64)gridDim.x * blockDim.x, p.count / E);
+        return;
+    }
     S scal[FERROCCL_MAX_INPUTS];
     for (int k = 0; k < p.n_in; ++k) {
         S s = (S)p.pre_bits[k];

@@ -147,9 +147,11 @@ pub struct FoldParams {
     pre_mask: u32,
     n_more: u64,
     more_out: [u64; MAX_INPUTS],
+    groups: u64,
+    group_bytes: u64,
 }
 
-const _: () = assert!(size_of::<FoldParams>() == 416 + 8 + 8 * MAX_INPUTS);
+const _: () = assert!(size_of::<FoldParams>() == 568);
 
 /// Checks a fold and lays out the kernel's parameters (what [`fold`] launches with; public so
 /// that tests can run kernels.cu's code on the host).
@@ -183,6 +185,8 @@ pub fn fold_params(f: &Fold<'_>) -> Result<FoldParams> {
         pre_mask: 0,
         n_more: f.more_outs.len() as u64,
         more_out: [0; MAX_INPUTS],
+        groups: 1,
+        group_bytes: 0,
     };
     for (slot, out) in p.more_out.iter_mut().zip(f.more_outs) {
         *slot = *out as u64;
@@ -207,6 +211,53 @@ pub fn fold_params(f: &Fold<'_>) -> Result<FoldParams> {
         }
     }
     Ok(p)
+}
+
+/// Several sources, each copied to every output at its own offset, in one launch: group `g`
+/// copies `sources[g]` (`bytes` each) to `outs[m] + g * bytes` for every `m`. An all-gather is
+/// one (source `g` is rank `g`'s input, the outputs are every rank's buffer), as is a gather
+/// (one output) or one rank's share of an all-to-all.
+#[derive(Clone, Copy, Debug)]
+pub struct FanOut<'a> {
+    pub sources: &'a [*const u8],
+    pub outs: &'a [*mut u8],
+    pub bytes: usize,
+}
+
+/// The kernel parameters of a grouped copy, or `None` where the one-launch form does not
+/// apply: fewer than two or more than [`MAX_INPUTS`] sources, no output or more than
+/// `1 + MAX_INPUTS`, or a pointer or `bytes` not a multiple of 16 (then copy per source).
+pub fn fan_out_params(f: &FanOut<'_>) -> Option<FoldParams> {
+    let aligned = |a: usize| a % 16 == 0;
+    let usable = (2..=MAX_INPUTS).contains(&f.sources.len())
+        && (1..=1 + MAX_INPUTS).contains(&f.outs.len())
+        && aligned(f.bytes)
+        && f.sources.iter().all(|&p| !p.is_null() && aligned(p as usize))
+        && f.outs.iter().all(|&p| !p.is_null() && aligned(p as usize));
+    if !usable {
+        return None;
+    }
+    let mut p = FoldParams {
+        out: f.outs[0] as u64,
+        inputs: [0; MAX_INPUTS],
+        pre_bits: [0; MAX_INPUTS],
+        pre_ptr: [0; MAX_INPUTS],
+        count: f.bytes as u64,
+        post_div: 0,
+        n_in: 1,
+        pre_mask: 0,
+        n_more: (f.outs.len() - 1) as u64,
+        more_out: [0; MAX_INPUTS],
+        groups: f.sources.len() as u64,
+        group_bytes: f.bytes as u64,
+    };
+    for (slot, src) in p.inputs.iter_mut().zip(f.sources) {
+        *slot = *src as u64;
+    }
+    for (slot, out) in p.more_out.iter_mut().zip(&f.outs[1..]) {
+        *slot = *out as u64;
+    }
+    Some(p)
 }
 
 /// Blocks to launch for `p` on a device with `sm_count` SMs.
@@ -600,11 +651,36 @@ pub fn forget_current_context() {
 /// `out`, every input and every device scalar must be device-accessible memory of `count`
 /// elements (one element for a scalar) that stays valid until the kernel has run.
 pub unsafe fn fold(stream: Stream, f: &Fold<'_>) -> Result<()> {
-    let mut p = fold_params(f)?;
+    let p = fold_params(f)?;
     if f.count == 0 {
         return Ok(());
     }
-    let index = kernel_index(f.dtype, f.kind);
+    // SAFETY: the caller's contract, passed on.
+    unsafe { launch(stream, f.dtype, f.kind, p) }
+}
+
+/// Launches a grouped copy ([`FanOut`]) on `stream` as one kernel; `Ok(false)` (nothing
+/// queued) where the one-launch form does not apply ([`fan_out_params`]).
+///
+/// # Safety
+/// Every source and output must be device-accessible memory (sources of `bytes`, outputs of
+/// `sources.len() * bytes`) that stays valid until the kernel has run.
+pub unsafe fn fan_out(stream: Stream, f: &FanOut<'_>) -> Result<bool> {
+    let Some(p) = fan_out_params(f) else { return Ok(false) };
+    if f.bytes > 0 {
+        // SAFETY: the caller's contract, passed on; a copy is the byte type's sum kernel
+        // with one input and no pre or post step.
+        unsafe { launch(stream, DataType::Uint8, ReduceKind::Sum, p)? };
+    }
+    Ok(true)
+}
+
+/// Launches the (dtype, kind) kernel with `p` on `stream`.
+///
+/// # Safety
+/// Every buffer `p` names is device-accessible and stays valid until the kernel has run.
+unsafe fn launch(stream: Stream, dtype: DataType, kind: ReduceKind, mut p: FoldParams) -> Result<()> {
+    let index = kernel_index(dtype, kind);
     let (t, op) = (index / OP_NAMES.len(), index % OP_NAMES.len());
     let key = ensure(&[t])?;
     let (func, sm_count) = {
@@ -613,7 +689,7 @@ pub unsafe fn fold(stream: Stream, f: &Fold<'_>) -> Result<()> {
         let kernels = ctx.types[t].ok_or_else(|| Error::internal("fold kernels not loaded"))?;
         (kernels.0[op], ctx.sm_count)
     };
-    let blocks = grid_blocks(&p, f.dtype.size(), sm_count);
+    let blocks = grid_blocks(&p, dtype.size(), sm_count);
     let mut args = [&mut p as *mut FoldParams as *mut c_void];
     // SAFETY: func belongs to the current context's module; the single parameter is a
     // FoldParams laid out as kernels.cu declares it and is copied by the driver at launch;

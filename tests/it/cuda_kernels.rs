@@ -10,7 +10,7 @@
 use cudarc::driver::sys;
 
 use ferroccl::coll::reduce::{Post, Pre, ReduceKind, Reduction};
-use ferroccl::cuda::kernels::{self, Fold, FoldParams, PreScalar, MAX_INPUTS};
+use ferroccl::cuda::kernels::{self, FanOut, Fold, FoldParams, PreScalar, MAX_INPUTS};
 use ferroccl::cuda::stream::Stream;
 use ferroccl::cuda::{driver, memory};
 use ferroccl::types::{BuiltinOp, DataType};
@@ -187,6 +187,11 @@ trait Exec {
     /// # Safety
     /// The fold's pointers come from `alloc` and hold `count` elements.
     unsafe fn fold(&self, f: &Fold<'_>);
+    /// Runs a grouped copy to completion; `false` where its one-launch form does not apply.
+    ///
+    /// # Safety
+    /// As for `fold`: sources of `bytes`, outputs of `sources.len() * bytes`, from `alloc`.
+    unsafe fn fan_out(&self, f: &FanOut<'_>) -> bool;
 }
 
 struct Gpu;
@@ -213,6 +218,12 @@ impl Exec for Gpu {
         // synchronize below.
         unsafe { kernels::fold(Stream(0), f) }.expect("fold launch");
         Stream(0).synchronize().expect("kernel ran");
+    }
+    unsafe fn fan_out(&self, f: &FanOut<'_>) -> bool {
+        // SAFETY: as for fold.
+        let queued = unsafe { kernels::fan_out(Stream(0), f) }.expect("fan-out launch");
+        Stream(0).synchronize().expect("kernel ran");
+        queued
     }
 }
 
@@ -312,6 +323,87 @@ impl Exec for HostEmulation {
         let kernel: extern "C" fn(FoldParams) = unsafe { std::mem::transmute(sym) };
         kernel(p);
     }
+    unsafe fn fan_out(&self, f: &FanOut<'_>) -> bool {
+        let Some(p) = kernels::fan_out_params(f) else { return false };
+        let name = std::ffi::CString::new(kernels::kernel_name(DataType::Uint8, ReduceKind::Sum)).expect("name");
+        // SAFETY: as in fold.
+        let sym = unsafe { libc::dlsym(self.lib, name.as_ptr()) };
+        assert!(!sym.is_null(), "{name:?} missing from the host build");
+        // SAFETY: as in fold.
+        let kernel: extern "C" fn(FoldParams) = unsafe { std::mem::transmute(sym) };
+        kernel(p);
+        true
+    }
+}
+
+/// Grouped copies (an all-gather, a gather, an all-to-all share) against the plain per-block
+/// copy, out of place and in place (each rank's own block is its source), and the cases the
+/// one-launch form refuses (misaligned, one source).
+fn run_fan_outs(exec: &dyn Exec, label: &str) {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut cases = 0;
+    for &groups in &[2usize, 3, 5, 8, 16] {
+        for &n_outs in &[1usize, 2, 3, 8] {
+            for &bytes in &[16usize, 4096, 65536 + 48] {
+                for in_place in [false, true] {
+                    if in_place && n_outs < groups.min(2) {
+                        continue;
+                    }
+                    let outs: Vec<*mut u8> = (0..n_outs).map(|_| exec.alloc(groups * bytes)).collect();
+                    let own: Vec<*mut u8> = (0..groups).map(|_| exec.alloc(bytes)).collect();
+                    // In place: source g is output g's own block g, where output g exists.
+                    let sources: Vec<*const u8> =
+                        (0..groups)
+                            .map(|g| {
+                                if in_place && g < n_outs {
+                                    outs[g].wrapping_add(g * bytes) as *const u8
+                                } else {
+                                    own[g]
+                                }
+                            })
+                            .collect();
+                    let data: Vec<Vec<u8>> = (0..groups).map(|_| fill(DataType::Uint8, bytes, &mut rng)).collect();
+                    let junk = fill(DataType::Uint8, groups * bytes, &mut rng);
+                    for &o in &outs {
+                        exec.upload(o, &junk);
+                    }
+                    for (g, d) in data.iter().enumerate() {
+                        exec.upload(sources[g] as *mut u8, d);
+                    }
+                    let f = FanOut { sources: &sources, outs: &outs, bytes };
+                    // SAFETY: every pointer comes from exec.alloc with the sizes FanOut needs.
+                    assert!(unsafe { exec.fan_out(&f) }, "{label}: {groups} groups of {bytes} B refused");
+                    for (m, &o) in outs.iter().enumerate() {
+                        let mut got = vec![0u8; groups * bytes];
+                        exec.download(&mut got, o);
+                        for (g, d) in data.iter().enumerate() {
+                            assert!(
+                                got[g * bytes..(g + 1) * bytes] == d[..],
+                                "{label}: output {m}, block {g} of {groups} ({bytes} B, in place {in_place})"
+                            );
+                        }
+                    }
+                    outs.iter().chain(&own).for_each(|&p| exec.free(p));
+                    cases += 1;
+                }
+            }
+        }
+    }
+    // Refused: a misaligned source or size, a single source. Nothing is queued then.
+    let a = exec.alloc(4096 + SLACK);
+    let b = exec.alloc(2 * (4096 + SLACK));
+    let two = [a as *const u8, a.wrapping_add(16) as *const u8];
+    for f in [
+        FanOut { sources: &[a.wrapping_add(1) as *const u8, a as *const u8], outs: &[b], bytes: 64 },
+        FanOut { sources: &two, outs: &[b], bytes: 24 },
+        FanOut { sources: &two[..1], outs: &[b], bytes: 64 },
+    ] {
+        // SAFETY: as above (refused before anything runs).
+        assert!(!unsafe { exec.fan_out(&f) }, "{label}: {f:?} should be refused");
+    }
+    exec.free(a);
+    exec.free(b);
+    println!("{label}: {cases} grouped copies exact, 3 refusals");
 }
 
 /// Buffers for 16 inputs, the output and the device scalars.
@@ -522,6 +614,7 @@ fn fold_kernels_match_the_host_reduction_bit_for_bit() {
     println!("cuda fold kernels: built and loaded in {} ms", started.elapsed().as_millis());
     kernels::prepare_current_device().expect("a second prepare is a no-op");
     run_all(&Gpu, &GPU_COUNTS, "cuda fold kernels (GPU)");
+    run_fan_outs(&Gpu, "cuda grouped copies (GPU)");
 }
 
 #[test]
@@ -534,4 +627,5 @@ fn fold_kernel_source_matches_the_host_reduction_on_the_cpu() {
         }
     };
     run_all(&exec, &HOST_COUNTS, "cuda fold kernels (kernels.cu on the CPU)");
+    run_fan_outs(&exec, "cuda grouped copies (kernels.cu on the CPU)");
 }
