@@ -680,6 +680,25 @@ fn launch_for_all(
             // SAFETY: out and inputs are live device buffers of `count` elements (as above).
             unsafe { kernels::fold(stream, &f) }
         };
+        // Rank k's block of every input folded into rank k's output, for every k, as one kernel.
+        let grouped_fold = |outs: &[*mut u8], inputs: &[*const u8]| -> Result<bool> {
+            let red = req.reduction.ok_or_else(|| Error::internal("reduction without an operator"))?;
+            need_kernels(req.dtype)?;
+            let (kind, _, post_div) = kernels::from_reduction(&red);
+            let f = kernels::Fold {
+                dtype: req.dtype,
+                kind,
+                out: outs[0],
+                inputs,
+                pre: if red.has_pre() { &pre } else { &[] },
+                post_div,
+                count: req.count,
+                more_outs: &[],
+            };
+            // SAFETY: the inputs are live device buffers of `n * block` bytes and the outputs
+            // of `count` elements (exported for this operation and kept until it completes).
+            unsafe { kernels::fold_groups(stream, &f, outs, block) }
+        };
         // SAFETY (offsets below): NCCL's size rules give every buffer used here room for
         // `n * block` bytes where a block index is added.
         let at = |p: *const u8, k: usize| p.wrapping_add(k * block);
@@ -687,6 +706,7 @@ fn launch_for_all(
             // One pass: every input read once, every rank's output written once.
             CollOp::AllReduce => fold(recv[0], &recv[1..], &send)?,
             CollOp::Reduce { root } => fold(recv[root], &[], &send)?,
+            CollOp::ReduceScatter if grouped_fold(&recv, &send)? => {}
             CollOp::ReduceScatter => {
                 for k in 0..n {
                     let inputs: Vec<*const u8> = send.iter().map(|&s| at(s, k)).collect();

@@ -48,9 +48,12 @@ struct FoldParams {
     // of the inputs, as out may.
     u64 n_more;
     void* more_out[FERROCCL_MAX_INPUTS];
-    // More than 1: a grouped plain copy in one launch (an all-gather, a gather): group g copies
-    // in[g] to out and to every more_out, each at offset g * group_bytes; `count` elements per
-    // group, every pointer and group_bytes 16-byte aligned, count a whole number of packs.
+    // More than 1: several operations in one launch; `count` elements per group, every pointer
+    // and group_bytes 16-byte aligned, count a whole number of 16-byte packs.
+    // - One input (a grouped copy: an all-gather, a gather): group g copies in[g] to out and
+    //   to every more_out, each at offset g * group_bytes.
+    // - Several inputs (a grouped fold: a reduce-scatter): group g folds every input at offset
+    //   g * group_bytes into out (g = 0) or more_out[g - 1].
     u64 groups;
     u64 group_bytes;
 };
@@ -361,14 +364,50 @@ static __device__ __forceinline__ void fan_out_groups(const FoldParams& p, u64 s
     }
 }
 
+// One 16-byte pack of the result: pack j of every input, each at byte offset `off`, folded.
+template <typename T, int OP>
+static __device__ __forceinline__ Vec16 fold_pack(const FoldParams& p, const typename T::S* scal, u64 off, u64 j) {
+    const int E = 16 / sizeof(typename T::S);
+    Pack<T> acc;
+    acc.v = ((const Vec16*)((const char*)p.in[0] + off))[j];
+    if (p.pre_mask & 1u) {
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc.e[e] = T::mul(acc.e[e], scal[0]);
+    }
+    for (int k = 1; k < p.n_in; ++k) {
+        Pack<T> x;
+        x.v = ((const Vec16*)((const char*)p.in[k] + off))[j];
+        if ((p.pre_mask >> k) & 1u) {
+#pragma unroll
+            for (int e = 0; e < E; ++e) x.e[e] = T::mul(x.e[e], scal[k]);
+        }
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc.e[e] = apply<T, OP>(acc.e[e], x.e[e]);
+    }
+    if (p.post_div != 0) {
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc.e[e] = T::div(acc.e[e], p.post_div);
+    }
+    return acc.v;
+}
+
+// A grouped fold (FoldParams::groups with several inputs, a reduce-scatter): group g folds
+// every input at offset g * group_bytes into out (g = 0) or more_out[g - 1].
+template <typename T, int OP>
+static __device__ __forceinline__ void fold_groups(const FoldParams& p, const typename T::S* scal, u64 start, u64 stride,
+                                                   u64 packs) {
+    const bool streaming = packs * 16 >= FERROCCL_STREAMING_MIN;
+    for (u64 g = 0; g < p.groups; ++g) {
+        Vec16* out = (Vec16*)(g == 0 ? p.out : p.more_out[g - 1]);
+        const u64 off = g * p.group_bytes;
+        for (u64 j = start; j < packs; j += stride) store16(out + j, fold_pack<T, OP>(p, scal, off, j), streaming);
+    }
+}
+
 template <typename T, int OP>
 static __device__ __forceinline__ void fold(const FoldParams& p) {
     typedef typename T::S S;
     const int E = 16 / sizeof(S);
-    if (p.groups > 1) {
-        fan_out_groups(p, (u64)blockIdx.x * blockDim.x + threadIdx.x, (u64)gridDim.x * blockDim.x, p.count / E);
-        return;
-    }
     S scal[FERROCCL_MAX_INPUTS];
     for (int k = 0; k < p.n_in; ++k) {
         S s = (S)p.pre_bits[k];
@@ -377,6 +416,14 @@ static __device__ __forceinline__ void fold(const FoldParams& p) {
     }
     const u64 start = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const u64 stride = (u64)gridDim.x * blockDim.x;
+    if (p.groups > 1) {
+        if (p.n_in == 1 && p.pre_mask == 0 && p.post_div == 0) {
+            fan_out_groups(p, start, stride, p.count / E);
+        } else {
+            fold_groups<T, OP>(p, scal, start, stride, p.count / E);
+        }
+        return;
+    }
 
     // 16-byte loads and stores when every pointer is 16-byte aligned.
     u64 misaligned = (u64)p.out;
@@ -389,28 +436,9 @@ static __device__ __forceinline__ void fold(const FoldParams& p) {
         const bool plain_copy = p.n_in == 1 && p.pre_mask == 0 && p.post_div == 0;
         if (plain_copy) fan_out(p, start, stride, packs, streaming);
         for (u64 j = plain_copy ? packs : start; j < packs; j += stride) {
-            Pack<T> acc;
-            acc.v = ((const Vec16*)p.in[0])[j];
-            if (p.pre_mask & 1u) {
-#pragma unroll
-                for (int e = 0; e < E; ++e) acc.e[e] = T::mul(acc.e[e], scal[0]);
-            }
-            for (int k = 1; k < p.n_in; ++k) {
-                Pack<T> x;
-                x.v = ((const Vec16*)p.in[k])[j];
-                if ((p.pre_mask >> k) & 1u) {
-#pragma unroll
-                    for (int e = 0; e < E; ++e) x.e[e] = T::mul(x.e[e], scal[k]);
-                }
-#pragma unroll
-                for (int e = 0; e < E; ++e) acc.e[e] = apply<T, OP>(acc.e[e], x.e[e]);
-            }
-            if (p.post_div != 0) {
-#pragma unroll
-                for (int e = 0; e < E; ++e) acc.e[e] = T::div(acc.e[e], p.post_div);
-            }
-            store16((Vec16*)p.out + j, acc.v, streaming);
-            for (u64 m = 0; m < p.n_more; ++m) store16((Vec16*)p.more_out[m] + j, acc.v, streaming);
+            const Vec16 v = fold_pack<T, OP>(p, scal, 0, j);
+            store16((Vec16*)p.out + j, v, streaming);
+            for (u64 m = 0; m < p.n_more; ++m) store16((Vec16*)p.more_out[m] + j, v, streaming);
         }
         head = packs * E;
     }

@@ -260,6 +260,47 @@ pub fn fan_out_params(f: &FanOut<'_>) -> Option<FoldParams> {
     Some(p)
 }
 
+/// The kernel parameters of one launch folding `f`'s inputs per group (a reduce-scatter):
+/// group `g` folds every input at byte offset `g * group_bytes` into `outs[g]`, `f.count`
+/// elements each (`f.out` and `f.more_outs` are not used). `Ok(None)` where the one-launch form
+/// does not apply: fewer than two inputs or groups, more than `1 + MAX_INPUTS` groups, or a
+/// pointer, `group_bytes` or the group's bytes not a multiple of 16 (then fold per group).
+pub fn grouped_fold_params(f: &Fold<'_>, outs: &[*mut u8], group_bytes: usize) -> Result<Option<FoldParams>> {
+    let aligned = |a: usize| a % 16 == 0;
+    let usable = f.inputs.len() >= 2
+        && (2..=1 + MAX_INPUTS).contains(&outs.len())
+        && aligned(group_bytes)
+        && aligned(f.count * f.dtype.size())
+        && f.inputs.iter().all(|&p| aligned(p as usize))
+        && outs.iter().all(|&p| !p.is_null() && aligned(p as usize));
+    if !usable {
+        return Ok(None);
+    }
+    let mut p = fold_params(&Fold { out: outs[0], more_outs: &[], ..*f })?;
+    p.n_more = (outs.len() - 1) as u64;
+    for (slot, out) in p.more_out.iter_mut().zip(&outs[1..]) {
+        *slot = *out as u64;
+    }
+    p.groups = outs.len() as u64;
+    p.group_bytes = group_bytes as u64;
+    Ok(Some(p))
+}
+
+/// Launches a grouped fold ([`grouped_fold_params`]) on `stream` as one kernel; `Ok(false)`
+/// (nothing queued) where the one-launch form does not apply.
+///
+/// # Safety
+/// Every input must be device-accessible memory of `outs.len() * group_bytes` bytes, every
+/// output and device scalar as for [`fold`], valid until the kernel has run.
+pub unsafe fn fold_groups(stream: Stream, f: &Fold<'_>, outs: &[*mut u8], group_bytes: usize) -> Result<bool> {
+    let Some(p) = grouped_fold_params(f, outs, group_bytes)? else { return Ok(false) };
+    if f.count > 0 {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { launch(stream, f.dtype, f.kind, p)? };
+    }
+    Ok(true)
+}
+
 /// Blocks to launch for `p` on a device with `sm_count` SMs.
 fn grid_blocks(p: &FoldParams, elem_size: usize, sm_count: u32) -> u32 {
     let aligned = p.inputs[..p.n_in as usize].iter().chain([&p.out]).all(|a| a % 16 == 0);

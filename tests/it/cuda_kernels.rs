@@ -192,6 +192,11 @@ trait Exec {
     /// # Safety
     /// As for `fold`: sources of `bytes`, outputs of `sources.len() * bytes`, from `alloc`.
     unsafe fn fan_out(&self, f: &FanOut<'_>) -> bool;
+    /// Runs a grouped fold to completion; `false` where its one-launch form does not apply.
+    ///
+    /// # Safety
+    /// Inputs of `outs.len() * group_bytes` bytes and outputs of `count` elements, from `alloc`.
+    unsafe fn fold_groups(&self, f: &Fold<'_>, outs: &[*mut u8], group_bytes: usize) -> bool;
 }
 
 struct Gpu;
@@ -222,6 +227,12 @@ impl Exec for Gpu {
     unsafe fn fan_out(&self, f: &FanOut<'_>) -> bool {
         // SAFETY: as for fold.
         let queued = unsafe { kernels::fan_out(Stream(0), f) }.expect("fan-out launch");
+        Stream(0).synchronize().expect("kernel ran");
+        queued
+    }
+    unsafe fn fold_groups(&self, f: &Fold<'_>, outs: &[*mut u8], group_bytes: usize) -> bool {
+        // SAFETY: as for fold.
+        let queued = unsafe { kernels::fold_groups(Stream(0), f, outs, group_bytes) }.expect("grouped fold launch");
         Stream(0).synchronize().expect("kernel ran");
         queued
     }
@@ -334,6 +345,115 @@ impl Exec for HostEmulation {
         kernel(p);
         true
     }
+    unsafe fn fold_groups(&self, f: &Fold<'_>, outs: &[*mut u8], group_bytes: usize) -> bool {
+        let Some(p) = kernels::grouped_fold_params(f, outs, group_bytes).expect("valid fold") else { return false };
+        let name = std::ffi::CString::new(kernels::kernel_name(f.dtype, f.kind)).expect("name");
+        // SAFETY: as in fold.
+        let sym = unsafe { libc::dlsym(self.lib, name.as_ptr()) };
+        assert!(!sym.is_null(), "{name:?} missing from the host build");
+        // SAFETY: as in fold.
+        let kernel: extern "C" fn(FoldParams) = unsafe { std::mem::transmute(sym) };
+        kernel(p);
+        true
+    }
+}
+
+/// Grouped folds (a reduce-scatter in one launch) against the host reduction per group: every
+/// operator, plain and with per-input scalars (host bits and device-resident), out of place and
+/// in place (output g is input g's own block g), and a refusal (misaligned group).
+fn run_grouped_folds(exec: &dyn Exec, label: &str) {
+    let mut rng = Rng(0x5851_f42d_4c95_7f2d);
+    let mut cases = 0;
+    for dtype in [DataType::Float32, DataType::Bfloat16, DataType::Int32, DataType::Float64, DataType::Uint8] {
+        let size = dtype.size();
+        for kind in KINDS {
+            for (n_in, groups) in [(2usize, 2usize), (3, 3), (8, 8), (4, 2)] {
+                for with_pre in [false, true] {
+                    if with_pre && !(dtype.is_float() || matches!(kind, ReduceKind::Sum)) {
+                        continue;
+                    }
+                    for in_place in [false, true] {
+                        if in_place && n_in != groups {
+                            continue;
+                        }
+                        let count = 256 + 16 / size * (cases % 3);
+                        let block = count * size;
+                        let inputs_host: Vec<Vec<u8>> =
+                            (0..n_in).map(|_| fill(dtype, count * groups, &mut rng)).collect();
+                        let ins: Vec<*mut u8> = (0..n_in).map(|_| exec.alloc(block * groups)).collect();
+                        for (b, d) in ins.iter().zip(&inputs_host) {
+                            exec.upload(*b, d);
+                        }
+                        let outs: Vec<*mut u8> = (0..groups)
+                            .map(|g| if in_place { ins[g].wrapping_add(g * block) } else { exec.alloc(block) })
+                            .collect();
+                        let scalars = exec.alloc(8 * MAX_INPUTS);
+                        let mut host_pre = vec![Pre::None; n_in];
+                        let mut dev_pre = Vec::new();
+                        if with_pre {
+                            for (k, p) in host_pre.iter_mut().enumerate() {
+                                let bits = scalar_bits(dtype, &mut rng);
+                                *p = Pre::Mul(bits);
+                                if k % 2 == 1 {
+                                    let at = scalars.wrapping_add(8 * k);
+                                    exec.upload(at, &bits[..size]);
+                                    dev_pre.push(PreScalar::Device(at));
+                                } else {
+                                    dev_pre.push(PreScalar::Bits(bits));
+                                }
+                            }
+                        }
+                        let inputs: Vec<*const u8> = ins.iter().map(|&p| p as *const u8).collect();
+                        let f = Fold {
+                            dtype,
+                            kind,
+                            out: outs[0],
+                            inputs: &inputs,
+                            pre: &dev_pre,
+                            post_div: None,
+                            count,
+                            more_outs: &[],
+                        };
+                        // SAFETY: every pointer comes from exec.alloc with the sizes needed.
+                        assert!(unsafe { exec.fold_groups(&f, &outs, block) }, "{label}: refused");
+                        for (g, &o) in outs.iter().enumerate() {
+                            let slices: Vec<Vec<u8>> =
+                                inputs_host.iter().map(|d| d[g * block..(g + 1) * block].to_vec()).collect();
+                            let want = host_fold(dtype, kind, &slices, &host_pre, Post::None);
+                            let mut got = vec![0u8; block];
+                            exec.download(&mut got, o);
+                            assert!(
+                                got == want,
+                                "{label}: {dtype:?} {kind:?}, {n_in} inputs, group {g} of {groups}, pre {with_pre}, \
+                                 in place {in_place}"
+                            );
+                        }
+                        ins.iter().for_each(|&p| exec.free(p));
+                        if !in_place {
+                            outs.iter().for_each(|&p| exec.free(p));
+                        }
+                        exec.free(scalars);
+                        cases += 1;
+                    }
+                }
+            }
+        }
+    }
+    let a = exec.alloc(4096 + SLACK);
+    let f = Fold {
+        dtype: DataType::Float32,
+        kind: ReduceKind::Sum,
+        out: a,
+        inputs: &[a as *const u8, a as *const u8],
+        pre: &[],
+        post_div: None,
+        count: 4,
+        more_outs: &[],
+    };
+    // SAFETY: refused before anything runs (group of 24 bytes).
+    assert!(!unsafe { exec.fold_groups(&f, &[a, a], 24) }, "{label}: a misaligned group should be refused");
+    exec.free(a);
+    println!("{label}: {cases} grouped folds exact, 1 refusal");
 }
 
 /// Grouped copies (an all-gather, a gather, an all-to-all share) against the plain per-block
@@ -615,6 +735,7 @@ fn fold_kernels_match_the_host_reduction_bit_for_bit() {
     kernels::prepare_current_device().expect("a second prepare is a no-op");
     run_all(&Gpu, &GPU_COUNTS, "cuda fold kernels (GPU)");
     run_fan_outs(&Gpu, "cuda grouped copies (GPU)");
+    run_grouped_folds(&Gpu, "cuda grouped folds (GPU)");
 }
 
 #[test]
@@ -628,4 +749,5 @@ fn fold_kernel_source_matches_the_host_reduction_on_the_cpu() {
     };
     run_all(&exec, &HOST_COUNTS, "cuda fold kernels (kernels.cu on the CPU)");
     run_fan_outs(&exec, "cuda grouped copies (kernels.cu on the CPU)");
+    run_grouped_folds(&exec, "cuda grouped folds (kernels.cu on the CPU)");
 }
