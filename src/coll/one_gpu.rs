@@ -664,37 +664,13 @@ fn launch_for_all(
             unsafe { kernels::fan_out(stream, &f) }
         };
         let fold = |out: *mut u8, more_outs: &[*mut u8], inputs: &[*const u8]| -> Result<()> {
-            let red = req.reduction.ok_or_else(|| Error::internal("reduction without an operator"))?;
-            need_kernels(req.dtype)?;
-            let (kind, _, post_div) = kernels::from_reduction(&red);
-            let f = kernels::Fold {
-                dtype: req.dtype,
-                kind,
-                out,
-                inputs,
-                pre: if red.has_pre() { &pre } else { &[] },
-                post_div,
-                count: req.count,
-                more_outs,
-            };
+            let f = fold_of(req, &pre, out, more_outs, inputs)?;
             // SAFETY: out and inputs are live device buffers of `count` elements (as above).
             unsafe { kernels::fold(stream, &f) }
         };
         // Rank k's block of every input folded into rank k's output, for every k, as one kernel.
         let grouped_fold = |outs: &[*mut u8], inputs: &[*const u8]| -> Result<bool> {
-            let red = req.reduction.ok_or_else(|| Error::internal("reduction without an operator"))?;
-            need_kernels(req.dtype)?;
-            let (kind, _, post_div) = kernels::from_reduction(&red);
-            let f = kernels::Fold {
-                dtype: req.dtype,
-                kind,
-                out: outs[0],
-                inputs,
-                pre: if red.has_pre() { &pre } else { &[] },
-                post_div,
-                count: req.count,
-                more_outs: &[],
-            };
+            let f = fold_of(req, &pre, outs[0], &[], inputs)?;
             // SAFETY: the inputs are live device buffers of `n * block` bytes and the outputs
             // of `count` elements (exported for this operation and kept until it completes).
             unsafe { kernels::fold_groups(stream, &f, outs, block) }
@@ -751,6 +727,30 @@ fn launch_for_all(
         }
     }
     Ok(())
+}
+
+/// The request's reduction as a fold of `inputs` into `out` (and `more_outs`), with the ranks'
+/// pre scalars; its kernels must be loaded.
+fn fold_of<'a>(
+    req: &OpRequest,
+    pre: &'a [PreScalar],
+    out: *mut u8,
+    more_outs: &'a [*mut u8],
+    inputs: &'a [*const u8],
+) -> Result<kernels::Fold<'a>> {
+    let red = req.reduction.ok_or_else(|| Error::internal("reduction without an operator"))?;
+    need_kernels(req.dtype)?;
+    let (kind, _, post_div) = kernels::from_reduction(&red);
+    Ok(kernels::Fold {
+        dtype: req.dtype,
+        kind,
+        out,
+        inputs,
+        pre: if red.has_pre() { pre } else { &[] },
+        post_div,
+        count: req.count,
+        more_outs,
+    })
 }
 
 fn need_kernels(dtype: crate::types::DataType) -> Result<()> {
