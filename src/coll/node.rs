@@ -377,11 +377,14 @@ impl NodeOp {
             return Ok(());
         }
         if self.phase == Phase::Start {
-            if tiny {
-                self.seq = area.next_seq();
+            // A rank that posts announces its call with its input (below): a store to the
+            // Arrived line now would pull the line away from the peers polling it, and the
+            // post would pull it again.
+            self.seq = area.next_seq();
+            if tiny || posts {
                 area.begin_tiny(self.seq, self.sig);
             } else {
-                self.start(area);
+                area.announce(self.seq, self.sig);
             }
             self.phase = if posts { Phase::WaitSlot } else { Phase::WaitArrived };
         }
@@ -415,6 +418,7 @@ impl NodeOp {
             if tiny {
                 area.post_tiny(self.seq);
             } else {
+                area.announce(self.seq, self.sig);
                 area.mark(Counter::Arrived, self.seq);
             }
             self.phase = Phase::WaitArrived;
