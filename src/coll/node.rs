@@ -1630,6 +1630,23 @@ mod tests {
                 (NodeColl::AllReduce(red), NodeAlgo::Direct, 4096, OpSig::new(1, 5, 1, 0, 4096)),
                 "data type |int64 on rank |uint64 on rank ",
             ),
+            // One-shot through ring slots (800 B) and data slots (8 KiB) announces its call
+            // with its input: against each other, and against tiny slots.
+            (
+                (NodeColl::AllReduce(red), NodeAlgo::OneShot, 100, sig(100, 0)),
+                (NodeColl::AllReduce(red), NodeAlgo::OneShot, 100, OpSig::new(1, 4, 3, 0, 100)),
+                "operator |sum on rank |max on rank ",
+            ),
+            (
+                (NodeColl::AllReduce(red), NodeAlgo::OneShot, 100, sig(100, 0)),
+                (NodeColl::AllReduce(red), NodeAlgo::OneShot, 2, sig(2, 0)),
+                "counts differ|100 on rank |2 on rank ",
+            ),
+            (
+                (NodeColl::AllReduce(red), NodeAlgo::OneShot, 1024, sig(1024, 0)),
+                (NodeColl::AllReduce(red), NodeAlgo::OneShot, 100, sig(100, 0)),
+                "counts differ|1024 on rank |100 on rank ",
+            ),
             (
                 (NodeColl::AllReduce(red), NodeAlgo::OneShot, 2, sig(2, 0)),
                 (NodeColl::AllReduce(red), NodeAlgo::Direct, 4096, sig(4096, 0)),
@@ -1864,6 +1881,10 @@ mod tests {
             }
             assert!(one_shot_max(n, true) >= one_shot_max(n, false));
         }
+        // Two ranks with a core each: one-shot up to 2 KiB (malloc'd buffers go direct
+        // through the slots, with two synchronisations).
+        assert_eq!(NodeAlgo::for_size(2 << 10, 2, false, None), Some(NodeAlgo::OneShot));
+        assert_eq!(NodeAlgo::for_size((2 << 10) + 8, 2, false, None), Some(NodeAlgo::Direct));
         // The override is capped at the small slots' size; 0 sends everything direct.
         assert_eq!(NodeAlgo::for_size(8, 2, false, Some(0)), Some(NodeAlgo::Direct));
         assert_eq!(NodeAlgo::for_size(SMALL_BYTES, 2, false, Some(1 << 30)), Some(NodeAlgo::OneShot));
