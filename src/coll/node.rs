@@ -429,6 +429,25 @@ impl NodeOp {
             }
             self.phase = Phase::WaitArrived;
         }
+        if self.phase == Phase::WaitArrived && watch == Some(me) {
+            // A broadcast's root has posted: its result is its own input, which it takes from
+            // its send buffer (in cache) rather than from the slot that the receivers are
+            // pulling away.
+            if !std::ptr::eq(self.send, self.recv) {
+                // SAFETY: the caller's buffers, valid for `bytes` (API contract); out of place
+                // they do not overlap (layout() copies the input otherwise).
+                let (input, out) = unsafe {
+                    (
+                        std::slice::from_raw_parts(self.send, self.bytes),
+                        std::slice::from_raw_parts_mut(self.recv, self.bytes),
+                    )
+                };
+                out.copy_from_slice(input);
+            }
+            area.mark(Counter::Left, self.seq);
+            self.phase = Phase::Done;
+            return Ok(());
+        }
         if self.phase == Phase::WaitArrived {
             // Tiny slots carry the signature in their line (compared as each is seen);
             // small ones next to the Arrived counter just read.
