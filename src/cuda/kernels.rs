@@ -237,26 +237,24 @@ pub fn fan_out_params(f: &FanOut<'_>) -> Option<FoldParams> {
     if !usable {
         return None;
     }
-    let mut p = FoldParams {
-        out: f.outs[0] as u64,
-        inputs: [0; MAX_INPUTS],
-        pre_bits: [0; MAX_INPUTS],
-        pre_ptr: [0; MAX_INPUTS],
-        count: f.bytes as u64,
-        post_div: 0,
-        n_in: 1,
-        pre_mask: 0,
-        n_more: (f.outs.len() - 1) as u64,
-        more_out: [0; MAX_INPUTS],
-        groups: f.sources.len() as u64,
-        group_bytes: f.bytes as u64,
+    // A one-input copy (the byte type's sum kernel) of the first source, then every source
+    // in the input slots, one per group.
+    let copy = Fold {
+        dtype: DataType::Uint8,
+        kind: ReduceKind::Sum,
+        out: f.outs[0],
+        inputs: &f.sources[..1],
+        pre: &[],
+        post_div: None,
+        count: f.bytes,
+        more_outs: &f.outs[1..],
     };
+    let mut p = fold_params(&copy).ok()?;
     for (slot, src) in p.inputs.iter_mut().zip(f.sources) {
         *slot = *src as u64;
     }
-    for (slot, out) in p.more_out.iter_mut().zip(&f.outs[1..]) {
-        *slot = *out as u64;
-    }
+    p.groups = f.sources.len() as u64;
+    p.group_bytes = f.bytes as u64;
     Some(p)
 }
 
