@@ -5,6 +5,16 @@
 //   unroll4 four independent 16-byte loads in flight per thread before the stores
 //   cs      base with streaming stores (st.global.cs: evict-first, the outputs are not re-read)
 //   u4cs    unroll4 with streaming stores
+//   rot     base, each block starting its destination loop at a different destination
+//   phN     phased: the source in N-MiB chunks, each chunk copied to destination 0, then 1, ...,
+//           so DRAM sees one write stream at a time and the chunk is re-read from L2
+//           (streaming stores, so the writes do not evict it)
+//   wonly   P destinations written with a constant, nothing read (is it the writes' pattern?)
+//   tile    each block copies 64 KiB tiles whole (sequential runs per destination), four loads in
+//           flight, streaming stores
+//   Pcopy   P device-to-device cudaMemcpyAsync calls (the source read P times)
+// FANOUT_SKEW_BYTES=S places destination m S x m bytes past its allocation's start (are equally
+// aligned destinations contending for the same DRAM channels?).
 // Launch shape as ferroccl: 256-thread blocks, 8 per SM.
 //   nvcc -O2 -gencode=arch=compute_90,code=sm_90 fanout_bw.cu -o fanout_bw && ./fanout_bw [P] [MiB...]
 #include <cuda_runtime.h>
@@ -44,6 +54,56 @@ __global__ void __launch_bounds__(256) fanout(const V16* __restrict__ src, Outs 
   }
 }
 
+__global__ void __launch_bounds__(256) fanout_rot(const V16* __restrict__ src, Outs outs, int n_out, unsigned long long packs) {
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  const int first = blockIdx.x % n_out;
+  for (unsigned long long j = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; j < packs; j += stride) {
+    V16 v = src[j];
+    for (int k = 0; k < n_out; ++k) {
+      int m = first + k;
+      if (m >= n_out) m -= n_out;
+      outs.p[m][j] = v;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(256) fanout_phased(const V16* __restrict__ src, Outs outs, int n_out, unsigned long long packs,
+                                                     unsigned long long chunk_packs) {
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  const unsigned long long start = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+  for (unsigned long long c0 = 0; c0 < packs; c0 += chunk_packs) {
+    const unsigned long long end = c0 + chunk_packs < packs ? c0 + chunk_packs : packs;
+    for (int m = 0; m < n_out; ++m) {
+      for (unsigned long long j = c0 + start; j < end; j += stride) __stcs((float4*)(outs.p[m] + j), *(const float4*)&src[j]);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(256) fanout_write_only(Outs outs, int n_out, unsigned long long packs) {
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  const float4 v = make_float4(1.f, 2.f, 3.f, 4.f);
+  for (unsigned long long j = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; j < packs; j += stride)
+    for (int m = 0; m < n_out; ++m) __stcs((float4*)(outs.p[m] + j), v);
+}
+
+// 64 KiB tiles = 4096 packs: 256 threads x 4 loads x 4 rounds.
+__global__ void __launch_bounds__(256) fanout_tile(const V16* __restrict__ src, Outs outs, int n_out, unsigned long long packs) {
+  const unsigned long long tile = 4096;
+  for (unsigned long long t0 = (unsigned long long)blockIdx.x * tile; t0 < packs; t0 += (unsigned long long)gridDim.x * tile) {
+    for (int r = 0; r < 4; ++r) {
+      const unsigned long long base = t0 + r * 1024 + threadIdx.x;
+      float4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) v[u] = base + u * 256 < packs ? *(const float4*)&src[base + u * 256] : make_float4(0, 0, 0, 0);
+      for (int m = 0; m < n_out; ++m) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          if (base + u * 256 < packs) __stcs((float4*)(outs.p[m] + base + u * 256), v[u]);
+      }
+    }
+  }
+}
+
 template <typename F>
 static float median_ms(F launch) {
   cudaEvent_t a, b;
@@ -72,14 +132,23 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int blocks = sms * 8;
   printf("# one source to %d destinations; GB/s = (1 + %d) x bytes / time (read + written); median of 10\n", P, P);
-  printf("# %8s %9s %9s %9s %9s %9s %9s\n", "MiB", "copy", "memset", "base", "unroll4", "cs", "u4cs");
+  const char* skew_env = getenv("FANOUT_SKEW_BYTES");
+  const size_t skew = skew_env ? strtoull(skew_env, 0, 10) : 0;
+  if (skew % 16) { fprintf(stderr, "FANOUT_SKEW_BYTES must be a multiple of 16\n"); return 2; }
+  printf("# destination m starts %zu x m bytes into its allocation\n", skew);
+  printf("# %8s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "MiB", "copy", "memset", "base", "unroll4", "cs", "u4cs", "rot",
+         "ph2", "ph8", "ph32");
+  printf("#           %9s %9s %9s\n", "wonly", "tile", "Pcopy");
   for (size_t mib : sizes) {
     size_t bytes = mib << 20;
     V16* src;
     CHECK(cudaMalloc(&src, bytes));
     CHECK(cudaMemset(src, 1, bytes));
-    Outs outs;
-    for (int m = 0; m < P; m++) CHECK(cudaMalloc(&outs.p[m], bytes));
+    Outs outs, allocs;
+    for (int m = 0; m < P; m++) {
+      CHECK(cudaMalloc(&allocs.p[m], bytes + skew * m));
+      outs.p[m] = (V16*)((char*)allocs.p[m] + skew * m);
+    }
     unsigned long long packs = bytes / 16;
     double fan = (1.0 + P) * bytes / 1e6, two = 2.0 * bytes / 1e6;
     float copy = median_ms([&] { CHECK(cudaMemcpyAsync(outs.p[0], src, bytes, cudaMemcpyDeviceToDevice)); });
@@ -88,6 +157,26 @@ int main(int argc, char** argv) {
     float u4 = median_ms([&] { fanout<4, false><<<blocks, 256>>>(src, outs, P, packs); });
     float cs = median_ms([&] { fanout<1, true><<<blocks, 256>>>(src, outs, P, packs); });
     float u4cs = median_ms([&] { fanout<4, true><<<blocks, 256>>>(src, outs, P, packs); });
+    float rot = median_ms([&] { fanout_rot<<<blocks, 256>>>(src, outs, P, packs); });
+    float wonly = median_ms([&] { fanout_write_only<<<blocks, 256>>>(outs, P, packs); });
+    float pcopy = median_ms([&] {
+      for (int m = 0; m < P; m++) CHECK(cudaMemcpyAsync(outs.p[m], src, bytes, cudaMemcpyDeviceToDevice));
+    });
+    // The check below then sees what the last tile and phased runs wrote.
+    for (int m = 0; m < P; m++) CHECK(cudaMemset(outs.p[m], 0, bytes));
+    float tile = median_ms([&] { fanout_tile<<<blocks, 256>>>(src, outs, P, packs); });
+    CHECK(cudaGetLastError());
+    for (int m = 0; m < P; m++) {
+      std::vector<unsigned char> h(bytes);
+      CHECK(cudaMemcpy(h.data(), outs.p[m], bytes, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < bytes; i += 4093) if (h[i] != 1) { fprintf(stderr, "tile: destination %d wrong at %zu\n", m, i); return 1; }
+    }
+    for (int m = 0; m < P; m++) CHECK(cudaMemset(outs.p[m], 0, bytes));
+    for (int m = 0; m < P; m++) CHECK(cudaMemset(outs.p[m], 0, bytes));
+    float ph[3];
+    const unsigned long long chunk_mib[3] = {2, 8, 32};
+    for (int i = 0; i < 3; i++)
+      ph[i] = median_ms([&] { fanout_phased<<<blocks, 256>>>(src, outs, P, packs, (chunk_mib[i] << 20) / 16); });
     CHECK(cudaGetLastError());
     // Every destination holds the source.
     std::vector<unsigned char> h(4096);
@@ -95,9 +184,10 @@ int main(int argc, char** argv) {
       CHECK(cudaMemcpy(h.data(), (char*)outs.p[m] + bytes - 4096, 4096, cudaMemcpyDeviceToHost));
       for (unsigned char c : h) if (c != 1) { fprintf(stderr, "destination %d wrong\n", m); return 1; }
     }
-    printf("  %8zu %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f\n", mib, two / copy, bytes / 1e6 / set, fan / base, fan / u4,
-           fan / cs, fan / u4cs);
-    for (int m = 0; m < P; m++) CHECK(cudaFree(outs.p[m]));
+    printf("  %8zu %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f\n", mib, two / copy, bytes / 1e6 / set,
+           fan / base, fan / u4, fan / cs, fan / u4cs, fan / rot, fan / ph[0], fan / ph[1], fan / ph[2]);
+    printf("            %9.0f %9.0f %9.0f\n", P * bytes / 1e6 / wonly, fan / tile, 2.0 * P * bytes / 1e6 / pcopy);
+    for (int m = 0; m < P; m++) CHECK(cudaFree(allocs.p[m]));
     CHECK(cudaFree(src));
   }
   return 0;
