@@ -13,6 +13,8 @@
 //   tile    each block copies 64 KiB tiles whole (sequential runs per destination), four loads in
 //           flight, streaming stores
 //   Pcopy   P device-to-device cudaMemcpyAsync calls (the source read P times)
+//   tmaN    the copy engine of each SM (TMA, cp.async.bulk): one thread per block loads an N-KiB
+//           tile into shared memory and stores it to every destination with bulk stores
 // FANOUT_SKEW_BYTES=S places destination m S x m bytes past its allocation's start (are equally
 // aligned destinations contending for the same DRAM channels?).
 // Launch shape as ferroccl: 256-thread blocks, 8 per SM.
@@ -104,6 +106,40 @@ __global__ void __launch_bounds__(256) fanout_tile(const V16* __restrict__ src, 
   }
 }
 
+// One thread per block drives the SM's bulk-copy unit: tile into shared memory (completion
+// counted on an mbarrier), then one bulk store per destination; the next load waits until
+// the stores have read the tile.
+template <int TILE>
+__global__ void __launch_bounds__(32) fanout_tma(const V16* __restrict__ src, Outs outs, int n_out, unsigned long long bytes) {
+  __shared__ alignas(128) unsigned char tile[TILE];
+  __shared__ alignas(8) unsigned long long bar;
+  if (threadIdx.x != 0) return;
+  const unsigned smem = (unsigned)__cvta_generic_to_shared(tile);
+  const unsigned mbar = (unsigned)__cvta_generic_to_shared(&bar);
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mbar));
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  unsigned phase = 0;
+  for (unsigned long long off = (unsigned long long)blockIdx.x * TILE; off < bytes; off += (unsigned long long)gridDim.x * TILE) {
+    const unsigned n = bytes - off < TILE ? (unsigned)(bytes - off) : TILE;
+    const char* from = (const char*)src + off;
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mbar), "r"(n) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem),
+                 "l"(from), "r"(n), "r"(mbar)
+                 : "memory");
+    asm volatile(
+        "{\n .reg .pred p;\n WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra WAIT_%=;\n}" ::"r"(mbar),
+        "r"(phase)
+        : "memory");
+    phase ^= 1;
+    for (int m = 0; m < n_out; ++m)
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"((char*)outs.p[m] + off), "r"(smem), "r"(n)
+                   : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+  }
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
 template <typename F>
 static float median_ms(F launch) {
   cudaEvent_t a, b;
@@ -138,7 +174,7 @@ int main(int argc, char** argv) {
   printf("# destination m starts %zu x m bytes into its allocation\n", skew);
   printf("# %8s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "MiB", "copy", "memset", "base", "unroll4", "cs", "u4cs", "rot",
          "ph2", "ph8", "ph32");
-  printf("#           %9s %9s %9s\n", "wonly", "tile", "Pcopy");
+  printf("#           %9s %9s %9s %9s %9s %9s\n", "wonly", "tile", "Pcopy", "tma16x8", "tma32x6", "tma32x4");
   for (size_t mib : sizes) {
     size_t bytes = mib << 20;
     V16* src;
@@ -162,7 +198,18 @@ int main(int argc, char** argv) {
     float pcopy = median_ms([&] {
       for (int m = 0; m < P; m++) CHECK(cudaMemcpyAsync(outs.p[m], src, bytes, cudaMemcpyDeviceToDevice));
     });
-    // The check below then sees what the last tile and phased runs wrote.
+    // Bulk copies: tiles of 16 KiB at 8 blocks per SM, 32 KiB at 6 and 4; checked on the last
+    // one's output.
+    for (int m = 0; m < P; m++) CHECK(cudaMemset(outs.p[m], 0, bytes));
+    float tma16 = median_ms([&] { fanout_tma<16384><<<sms * 8, 32>>>(src, outs, P, bytes); });
+    float tma32a = median_ms([&] { fanout_tma<32768><<<sms * 6, 32>>>(src, outs, P, bytes); });
+    float tma32 = median_ms([&] { fanout_tma<32768><<<sms * 4, 32>>>(src, outs, P, bytes); });
+    CHECK(cudaGetLastError());
+    for (int m = 0; m < P; m++) {
+      std::vector<unsigned char> h(bytes);
+      CHECK(cudaMemcpy(h.data(), outs.p[m], bytes, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < bytes; i += 4093) if (h[i] != 1) { fprintf(stderr, "tma: destination %d wrong at %zu\n", m, i); return 1; }
+    }
     for (int m = 0; m < P; m++) CHECK(cudaMemset(outs.p[m], 0, bytes));
     float tile = median_ms([&] { fanout_tile<<<blocks, 256>>>(src, outs, P, packs); });
     CHECK(cudaGetLastError());
@@ -171,7 +218,7 @@ int main(int argc, char** argv) {
       CHECK(cudaMemcpy(h.data(), outs.p[m], bytes, cudaMemcpyDeviceToHost));
       for (size_t i = 0; i < bytes; i += 4093) if (h[i] != 1) { fprintf(stderr, "tile: destination %d wrong at %zu\n", m, i); return 1; }
     }
-    for (int m = 0; m < P; m++) CHECK(cudaMemset(outs.p[m], 0, bytes));
+    // The check at the end sees what the last phased run wrote.
     for (int m = 0; m < P; m++) CHECK(cudaMemset(outs.p[m], 0, bytes));
     float ph[3];
     const unsigned long long chunk_mib[3] = {2, 8, 32};
@@ -186,7 +233,8 @@ int main(int argc, char** argv) {
     }
     printf("  %8zu %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f\n", mib, two / copy, bytes / 1e6 / set,
            fan / base, fan / u4, fan / cs, fan / u4cs, fan / rot, fan / ph[0], fan / ph[1], fan / ph[2]);
-    printf("            %9.0f %9.0f %9.0f\n", P * bytes / 1e6 / wonly, fan / tile, 2.0 * P * bytes / 1e6 / pcopy);
+    printf("            %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f\n", P * bytes / 1e6 / wonly, fan / tile, 2.0 * P * bytes / 1e6 / pcopy,
+           fan / tma16, fan / tma32a, fan / tma32);
     for (int m = 0; m < P; m++) CHECK(cudaFree(allocs.p[m]));
     CHECK(cudaFree(src));
   }

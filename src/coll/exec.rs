@@ -78,11 +78,33 @@ struct WorkState {
 /// receive step posted or completed, or a sleep of the executor waiting for its sockets.
 #[derive(Clone, Copy, Debug)]
 enum StageEvent {
-    Landed { bytes: usize, at: Instant },
-    Released { piece: usize, at: Instant },
-    Posted { send: bool, step: usize, at: Instant },
-    Completed { send: bool, step: usize, at: Instant },
-    Slept { from: Instant, at: Instant },
+    Landed {
+        bytes: usize,
+        at: Instant,
+    },
+    Released {
+        piece: usize,
+        at: Instant,
+    },
+    Posted {
+        send: bool,
+        step: usize,
+        at: Instant,
+        cpu: usize,
+    },
+    Completed {
+        send: bool,
+        step: usize,
+        at: Instant,
+        cpu: usize,
+    },
+    /// `cpus`: the CPU the thread slept on and the one it woke on (which CPU a woken thread is
+    /// placed on decides whether it waits behind a spinning one).
+    Slept {
+        from: Instant,
+        at: Instant,
+        cpus: (usize, usize),
+    },
 }
 
 fn tracing_stages() -> bool {
@@ -90,9 +112,9 @@ fn tracing_stages() -> bool {
 }
 
 /// Records an event of a staged work (TRACE only).
-fn stage_event(work: &Work, ws: &mut WorkState, event: impl FnOnce(Instant) -> StageEvent) {
+fn stage_event(work: &Work, ws: &mut WorkState, event: impl FnOnce(Instant, usize) -> StageEvent) {
     if work.stage.is_some() && tracing_stages() {
-        ws.stage_log.push(event(Instant::now()));
+        ws.stage_log.push(event(Instant::now(), rustix::thread::sched_getcpu()));
     }
 }
 
@@ -162,13 +184,15 @@ fn log_stage_events(comms: &[CommWork<'_>], states: &[CommState], started: Insta
                 .map(|e| match e {
                     StageEvent::Landed { bytes, at } => format!("L{}K@{}", bytes >> 10, us(at)),
                     StageEvent::Released { piece, at } => format!("R{piece}@{}", us(at)),
-                    StageEvent::Posted { send, step, at } => {
-                        format!("{}{step}@{}", if *send { "S" } else { "V" }, us(at))
+                    StageEvent::Posted { send, step, at, cpu } => {
+                        format!("{}{step}@{}c{cpu}", if *send { "S" } else { "V" }, us(at))
                     }
-                    StageEvent::Completed { send, step, at } => {
-                        format!("{}{step}@{}", if *send { "s" } else { "v" }, us(at))
+                    StageEvent::Completed { send, step, at, cpu } => {
+                        format!("{}{step}@{}c{cpu}", if *send { "s" } else { "v" }, us(at))
                     }
-                    StageEvent::Slept { from, at } => format!("Z{}@{}", at.duration_since(*from).as_micros(), us(from)),
+                    StageEvent::Slept { from, at, cpus } => {
+                        format!("Z{}@{}c{}>{}", at.duration_since(*from).as_micros(), us(from), cpus.0, cpus.1)
+                    }
                 })
                 .collect();
             let slice = |s: &Slice| format!("{:?}{}K+{}K", s.buf, s.offset >> 10, s.len >> 10);
@@ -389,11 +413,13 @@ fn run_to_completion(comms: &mut [CommWork<'_>], states: &mut [CommState], pool:
             return Err(no_progress(comms, states, idle));
         }
         let slept_from = Instant::now();
+        let slept_on = if tracing_stages() { rustix::thread::sched_getcpu() } else { 0 };
         wait_for_io(comms, states, spin.idle_rounds());
         if tracing_stages() {
+            let cpus = (slept_on, rustix::thread::sched_getcpu());
             for (cw, st) in comms.iter().zip(states.iter_mut()) {
                 if let Some(w) = cw.works.iter().position(|w| w.stage.is_some()) {
-                    st.work_state[w].stage_log.push(StageEvent::Slept { from: slept_from, at: Instant::now() });
+                    st.work_state[w].stage_log.push(StageEvent::Slept { from: slept_from, at: Instant::now(), cpus });
                 }
             }
         }
@@ -712,10 +738,11 @@ fn progress_comm(
                 Some(req) => {
                     st.send_queues[peer].pop_front();
                     st.posted_sends.push((peer, req, (w, s)));
-                    stage_event(&cw.works[w], &mut st.work_state[w], |at| StageEvent::Posted {
+                    stage_event(&cw.works[w], &mut st.work_state[w], |at, cpu| StageEvent::Posted {
                         send: true,
                         step: s,
                         at,
+                        cpu,
                     });
                     progressed = true;
                 }
@@ -775,10 +802,11 @@ fn progress_comm(
                 Some(req) => {
                     st.recv_queues[peer].pop_front();
                     st.posted_recvs.push(PostedRecv { peer, req, step: (w, s), staging });
-                    stage_event(&cw.works[w], &mut st.work_state[w], |at| StageEvent::Posted {
+                    stage_event(&cw.works[w], &mut st.work_state[w], |at, cpu| StageEvent::Posted {
                         send: false,
                         step: s,
                         at,
+                        cpu,
                     });
                     progressed = true;
                 }
@@ -799,10 +827,11 @@ fn progress_comm(
         let conn = cw.links.send_conn(peer)?;
         if conn.test(req).map_err(|e| name_ranks(e, me, peer))?.is_some() {
             st.posted_sends.swap_remove(i);
-            stage_event(&cw.works[r.0], &mut st.work_state[r.0], |at| StageEvent::Completed {
+            stage_event(&cw.works[r.0], &mut st.work_state[r.0], |at, cpu| StageEvent::Completed {
                 send: true,
                 step: r.1,
                 at,
+                cpu,
             });
             mark_done(&cw.works, st, r);
             progressed = true;
@@ -820,7 +849,12 @@ fn progress_comm(
         }
         let posted = st.posted_recvs.swap_remove(i);
         let (w, s) = posted.step;
-        stage_event(&cw.works[w], &mut st.work_state[w], |at| StageEvent::Completed { send: false, step: s, at });
+        stage_event(&cw.works[w], &mut st.work_state[w], |at, cpu| StageEvent::Completed {
+            send: false,
+            step: s,
+            at,
+            cpu,
+        });
         if let Some(staging) = posted.staging {
             let Step::Recv { dst, action, .. } = cw.works[w].plan.steps[s].step else { unreachable!() };
             apply_recv(&cw.works[w], &mut st.work_state[w], &dst, &action, &staging)?;
