@@ -12,10 +12,11 @@
 //! ranks exchange (`wire`).
 
 use std::any::Any;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicI32, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 
 use crate::bootstrap::{self, Bootstrap, UniqueId};
 use crate::config::CommConfig;
@@ -766,6 +767,22 @@ fn registry() -> MutexGuard<'static, Vec<Option<Slot>>> {
     REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Bumped after a slot changes in place (a creation ends, a handle is destroyed or aborted):
+/// [`lookup`]'s per-thread memo is good only while this has not moved. New slots need no
+/// bump: tokens are never reused, so no memo names them.
+static REGISTRY_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+fn registry_changed() {
+    REGISTRY_EPOCH.fetch_add(1, Ordering::Release);
+}
+
+thread_local! {
+    /// The handle this thread last looked up, the epoch it was looked up at, and its
+    /// communicator: a small call then skips the registry's lock. Weak, so that it keeps no
+    /// destroyed communicator alive (only its allocation, so the address stays unique).
+    static LAST_LOOKUP: RefCell<Option<(usize, u64, Weak<Comm>)>> = const { RefCell::new(None) };
+}
+
 /// Handles look like aligned pointers but are opaque tokens (C never dereferences them).
 const HANDLE_SHIFT: u32 = 4;
 const HANDLE_BASE: usize = 1;
@@ -844,8 +861,21 @@ pub fn entry(handle: ncclComm_t, function: &str) -> Result<Entry> {
 /// The communicator behind a handle; NULL, unknown (destroyed) handles and handles whose
 /// creation has not completed are errors.
 pub fn lookup(handle: ncclComm_t, function: &str) -> Result<Arc<Comm>> {
+    // Read before the registry: a change after this read makes the memo stale at once.
+    let epoch = REGISTRY_EPOCH.load(Ordering::Acquire);
+    let token = handle as usize;
+    let memo = LAST_LOOKUP.with(|m| match &*m.borrow() {
+        Some((t, e, c)) if *t == token && *e == epoch => c.upgrade(),
+        _ => None,
+    });
+    if let Some(c) = memo {
+        return Ok(c);
+    }
     match entry(handle, function)? {
-        Entry::Ready(c) => Ok(c),
+        Entry::Ready(c) => {
+            LAST_LOOKUP.with(|m| *m.borrow_mut() = Some((token, epoch, Arc::downgrade(&c))));
+            Ok(c)
+        }
         Entry::Creating(c) => Err(c.refusal(function, handle)),
     }
 }
@@ -853,6 +883,7 @@ pub fn lookup(handle: ncclComm_t, function: &str) -> Result<Arc<Comm>> {
 /// Removes a handle (destroy/abort); a communicator is freed when its last user is done.
 pub fn unregister(handle: ncclComm_t, function: &str) -> Result<Entry> {
     let taken = slot_of(handle).and_then(|i| registry().get_mut(i).and_then(Option::take));
+    registry_changed();
     match taken {
         Some(Slot::Ready(c)) => Ok(Entry::Ready(c)),
         Some(Slot::Creating(c)) => Ok(Entry::Creating(c)),

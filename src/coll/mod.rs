@@ -11,6 +11,7 @@
 
 pub mod algo;
 pub mod exec;
+mod fast;
 pub mod local_order;
 pub mod node;
 pub mod one_gpu;
@@ -185,16 +186,23 @@ pub fn run(by_comm: &[(Arc<Comm>, Vec<OpRequest>)]) -> Result<()> {
 /// bookkeeping, which is a visible part of a small operation's cost. A node operation skips
 /// the executor's step queues too.
 pub fn run_one(comm: &Arc<Comm>, req: &OpRequest) -> Result<()> {
-    let tuning = tuning()?;
     let mut links = comm.links()?;
     if req.count == 0 {
         // Every plan of count 0 is empty and no node algorithm takes it: nothing to run.
         return Ok(());
     }
+    // A call shaped like a recent one skips the choice, unless its input needs a private copy.
+    if let Some(shape) = fast::find(comm, req) {
+        if !needs_copy(req, comm.rank, shape.block, shape.send_len, shape.recv_len) {
+            return exec::execute_node(comm.rank, &mut links, &mut shape.op(req.send, req.recv));
+        }
+    }
+    let tuning = tuning()?;
     let layout = layout(comm, req)?;
-    if let Some(mut op) = node_op(comm, req, &layout, tuning)? {
+    if let Some(shape) = node_shape(comm, req, &layout, tuning)? {
+        fast::remember(comm, req, shape);
         // `layout` keeps a private copy of an overlapping input alive until this returns.
-        return exec::execute_node(comm.rank, &mut links, &mut op);
+        return exec::execute_node(comm.rank, &mut links, &mut shape.op(layout.bufs.send, layout.bufs.recv));
     }
     let works = vec![plan_work(comm, req, layout, tuning)?];
     exec::execute(&mut [CommWork { rank: comm.rank, links: &mut links, works }])
@@ -217,13 +225,13 @@ pub fn run_progressive(comm: &Arc<Comm>, req: &OpRequest, stage: progressive::St
 /// Turns a request into a plan over its buffers.
 fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Result<Work> {
     let layout = layout(comm, req)?;
-    match node_op(comm, req, &layout, tuning)? {
-        Some(node) => Ok(Work {
-            plan: node_plan(node.algo()),
+    match node_shape(comm, req, &layout, tuning)? {
+        Some(shape) => Ok(Work {
+            plan: node_plan(shape.algo),
+            node: Some(shape.op(layout.bufs.send, layout.bufs.recv)),
             bufs: layout.bufs,
             reduction: req.reduction,
             send_copy: layout.send_copy,
-            node: Some(node),
             sig: layout.sig,
             stage: None,
         }),
@@ -247,22 +255,10 @@ fn layout(comm: &Comm, req: &OpRequest) -> Result<Layout> {
     let rank = comm.rank;
     let (send_len, recv_len) = buffer_lengths(req, rank, comm.nranks)?;
     let block = req.count * req.dtype.size();
-    let send = req.send as usize;
-    let recv = req.recv as usize;
-    // NCCL's in-place forms.
-    let in_place = match req.op {
-        CollOp::AllReduce | CollOp::Broadcast { .. } | CollOp::Reduce { .. } => send == recv && send != 0,
-        CollOp::AllGather => send != 0 && send == recv + rank * block,
-        CollOp::ReduceScatter => recv != 0 && recv == send + rank * block,
-        CollOp::Gather { root } => rank == root && send != 0 && send == recv + root * block,
-        CollOp::Scatter { root } => rank == root && recv != 0 && recv == send + root * block,
-        CollOp::AlltoAll | CollOp::Send { .. } | CollOp::Recv { .. } => false,
-    };
+    let in_place = in_place(req, rank, block);
     let mut bufs = OpBuffers { send: req.send, send_len, recv: req.recv, recv_len };
-    // Any other overlap of send and receive memory: work from a private copy of the input.
-    let overlap = send_len > 0 && recv_len > 0 && send < recv + recv_len && recv < send + send_len;
     let mut send_copy = None;
-    if overlap && !in_place {
+    if needs_copy(req, rank, block, send_len, recv_len) {
         let mut copy = vec![0u64; send_len.div_ceil(8)];
         // SAFETY: the user's send buffer is valid for send_len bytes (API contract); copy is ours.
         unsafe { std::ptr::copy_nonoverlapping(req.send, copy.as_mut_ptr() as *mut u8, send_len) };
@@ -272,8 +268,30 @@ fn layout(comm: &Comm, req: &OpRequest) -> Result<Layout> {
     Ok(Layout { bufs, send_copy, in_place, block, sig: signature(req) })
 }
 
-/// The node-level operation for this call, if one applies.
-fn node_op(comm: &Comm, req: &OpRequest, layout: &Layout, tuning: &algo::Tuning) -> Result<Option<node::NodeOp>> {
+/// Whether the call takes one of NCCL's in-place forms.
+fn in_place(req: &OpRequest, rank: usize, block: usize) -> bool {
+    let send = req.send as usize;
+    let recv = req.recv as usize;
+    match req.op {
+        CollOp::AllReduce | CollOp::Broadcast { .. } | CollOp::Reduce { .. } => send == recv && send != 0,
+        CollOp::AllGather => send != 0 && send == recv + rank * block,
+        CollOp::ReduceScatter => recv != 0 && recv == send + rank * block,
+        CollOp::Gather { root } => rank == root && send != 0 && send == recv + root * block,
+        CollOp::Scatter { root } => rank == root && recv != 0 && recv == send + root * block,
+        CollOp::AlltoAll | CollOp::Send { .. } | CollOp::Recv { .. } => false,
+    }
+}
+
+/// Whether send and receive memory overlap other than in an in-place form: the call then
+/// works from a private copy of its input.
+fn needs_copy(req: &OpRequest, rank: usize, block: usize, send_len: usize, recv_len: usize) -> bool {
+    let (send, recv) = (req.send as usize, req.recv as usize);
+    let overlap = send_len > 0 && recv_len > 0 && send < recv + recv_len && recv < send + send_len;
+    overlap && !in_place(req, rank, block)
+}
+
+/// What the node-level operation for this call would be, bar its buffers, if one applies.
+fn node_shape(comm: &Comm, req: &OpRequest, layout: &Layout, tuning: &algo::Tuning) -> Result<Option<fast::Shape>> {
     let n = comm.nranks;
     let Some(algo) = node_algorithm(comm, req, layout.block, tuning) else { return Ok(None) };
     let coll = match req.op {
@@ -292,7 +310,15 @@ fn node_op(comm: &Comm, req: &OpRequest, layout: &Layout, tuning: &algo::Tuning)
     let oversubscribed = n > crate::topo::usable_cores();
     let stage_max = tuning.node_stage_max.unwrap_or_else(|| node::default_stage_max(&coll, n, oversubscribed));
     let bufs = &layout.bufs;
-    Ok(Some(node::NodeOp::new(coll, algo, bufs.send, bufs.recv, layout.block, layout.sig).with_stage_max(stage_max)))
+    Ok(Some(fast::Shape {
+        coll,
+        algo,
+        block: layout.block,
+        send_len: bufs.send_len,
+        recv_len: bufs.recv_len,
+        sig: layout.sig,
+        stage_max,
+    }))
 }
 
 /// A call's work through the plan executor (ring, tree, direct messages).

@@ -2,6 +2,7 @@
 //! One binary (module per area), as in rustls' tests/api.
 
 mod broadcast_stream;
+mod call_shapes;
 mod collectives;
 mod common;
 mod cuda;
