@@ -102,8 +102,10 @@ pub struct CommGpu {
     base: *mut u8,
     /// The page's address for the GPU.
     dev: u64,
-    /// The device flag block's address in this process.
+    /// The device flag block's address in this process (unused when `flags_on_host`).
     flags: u64,
+    /// Ranks on different GPUs: every flag lives in the host page.
+    flags_on_host: bool,
     /// Taken (unregistered) before `memory` is unmapped; see Drop.
     registration: Mutex<Option<Registered>>,
     memory: ManuallyDrop<PageMemory>,
@@ -135,7 +137,7 @@ impl CommGpu {
     }
 
     fn flag_addr(&self, rank: usize, w: Word) -> u64 {
-        let base = if w == Word::Error { self.dev } else { self.flags };
+        let base = if w == Word::Error || self.flags_on_host { self.dev } else { self.flags };
         base + (rank * LINE_BYTES + 4 * w as usize) as u64
     }
 
@@ -163,16 +165,57 @@ impl Drop for CommGpu {
     }
 }
 
-/// Whether a job can run here: one communicator whose ranks all use this host's same GPU,
-/// device buffers only, collectives only (point-to-point keeps the staged path), one stream,
-/// and NCCL_P2P_DISABLE unset. Every rank decides alike from what all ranks agree on.
+/// Where a communicator's GPUs are, as far as this path is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placement {
+    /// Every rank on one GPU.
+    OneGpu,
+    /// Ranks on several GPUs of this host that rank 0's GPU reaches directly (peer access over
+    /// NVLink or PCIe), one process each: rank 0's kernels read and write the others' buffers
+    /// across the link, and the flags that order the streams live in the host page (a stream
+    /// waits on memory its own GPU can poll, without peer mappings of rank 0's flag block).
+    PeerGpus,
+    /// Neither: the staged path.
+    Elsewhere,
+}
+
+/// The placement of ranks using devices `devs` (by rank, as this process numbers devices) in
+/// processes `pids`, where `can_access(a, b)` says whether device a reaches device b's memory.
+fn placement(devs: &[i32], pids: &[u32], can_access: impl Fn(i32, i32) -> bool) -> Placement {
+    let Some(&lead) = devs.first() else { return Placement::Elsewhere };
+    if devs.iter().all(|&d| d == lead) {
+        return Placement::OneGpu;
+    }
+    // Process mates order their flag operations through their shared context's queues
+    // (local_order); ranks of one process on different devices have no such shared queue.
+    let mut distinct = pids.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() != pids.len() || !devs.iter().all(|&d| can_access(lead, d)) {
+        return Placement::Elsewhere;
+    }
+    Placement::PeerGpus
+}
+
+fn placement_of(comm: &Comm) -> Placement {
+    let mut peers: Vec<&crate::wire::peer_info::PeerInfo> = comm.peers.iter().collect();
+    peers.sort_by_key(|p| p.rank);
+    let devs: Vec<i32> = peers.iter().map(|p| p.cuda_dev).collect();
+    let pids: Vec<u32> = peers.iter().map(|p| p.pid).collect();
+    placement(&devs, &pids, crate::cuda::driver::can_access_peer)
+}
+
+/// Whether a job can run here: one communicator whose ranks all use this host's same GPU, or
+/// GPUs that rank 0's reaches directly (one process each), device buffers only, collectives
+/// only (point-to-point keeps the staged path), one stream, and NCCL_P2P_DISABLE unset. Every
+/// rank decides alike from what all ranks agree on (and, for peer access, from what the driver
+/// says of the same devices).
 pub fn applies(ops: &[(Arc<Comm>, OpRequest)]) -> bool {
     let Some((first, first_req)) = ops.first() else { return false };
     if crate::env::get_bool("NCCL_P2P_DISABLE") || !first.node_area || first.nranks > MAX_RANKS {
         return false;
     }
-    let same_gpu = first.peers.iter().all(|p| p.cuda_dev == first.cuda_dev);
-    same_gpu
+    placement_of(first) != Placement::Elsewhere
         && ops.iter().all(|(c, r)| {
             Arc::ptr_eq(c, first)
                 && r.mem.is_device()
@@ -244,7 +287,8 @@ fn set_up_page(comm: &Arc<Comm>) -> Result<CommGpu> {
     };
     let pid = word(0, 4) as u32;
     let export = ipc::Export::decode(&msg[HEAD..]).ok_or_else(|| Error::internal("bad flag block export"))?;
-    let flags = if pid == std::process::id() { export.addr } else { ipc::open(pid, &export)? as u64 };
+    let flags_on_host = placement_of(comm) == Placement::PeerGpus;
+    let flags = if pid == std::process::id() || flags_on_host { export.addr } else { ipc::open(pid, &export)? as u64 };
     let (base, memory) = match owned {
         Some(p) => (p, PageMemory::Owned(p)),
         None => {
@@ -263,6 +307,7 @@ fn set_up_page(comm: &Arc<Comm>) -> Result<CommGpu> {
         base,
         dev: registration.device_ptr(),
         flags,
+        flags_on_host,
         registration: Mutex::new(Some(registration)),
         memory: ManuallyDrop::new(memory),
         submitted: AtomicU32::new(0),
@@ -508,8 +553,23 @@ fn log_path_once(comm: &Arc<Comm>) {
         return;
     }
     let (rank, n, dev) = (comm.rank, comm.nranks, comm.cuda_dev);
+    let dev_of = |r: usize| comm.peers.iter().find(|p| p.rank == r).map_or(dev, |p| p.cuda_dev);
     for peer in (1..n).map(|d| (rank + d) % n) {
-        log::info!(target: "P2P", "Channel 00/0 : {rank}[{dev}] -> {peer}[{dev}] via P2P/IPC");
+        log::info!(target: "P2P", "Channel 00/0 : {rank}[{dev}] -> {peer}[{}] via P2P/IPC", dev_of(peer));
+    }
+    if placement_of(comm) == Placement::PeerGpus && rank == 0 {
+        log::info!(
+            target: "INIT",
+            "ranks on {} GPUs with peer access: rank 0's GPU (device {dev}) runs each collective's kernels, reading and \
+             writing the other GPUs' buffers over the link",
+            {
+                let mut d: Vec<i32> = (0..n).map(dev_of).collect();
+                d.sort_unstable();
+                d.dedup();
+                d.len()
+            }
+        );
+        return;
     }
     let processes = {
         let mut pids: Vec<u32> = comm.peers.iter().map(|p| p.pid).collect();
@@ -774,5 +834,21 @@ mod tests {
         assert!(CommGpu::scalar_offset(0, 0) >= last_flag_end);
         assert_eq!(CommGpu::scalar_offset(MAX_RANKS - 1, SCALARS_PER_RANK - 1) + 8, PAGE_BYTES);
         assert!(4 * (Word::DoneSeq as usize) + 4 <= LINE_BYTES);
+    }
+
+    #[test]
+    fn placement_takes_peer_gpus_only_when_rank_0_reaches_all_and_ranks_are_processes() {
+        let nvlink = |_: i32, _: i32| true;
+        let none = |a: i32, b: i32| a == b;
+        // Rank 0's device must reach each rank's, not the other way round.
+        let only_from_0 = |a: i32, b: i32| a == b || a == 0;
+        assert_eq!(placement(&[0, 0, 0], &[1, 2, 3], none), Placement::OneGpu);
+        assert_eq!(placement(&[1, 1], &[7, 7], none), Placement::OneGpu, "threads of one process on one GPU");
+        assert_eq!(placement(&[0, 1], &[1, 2], nvlink), Placement::PeerGpus);
+        assert_eq!(placement(&[0, 1, 0, 1], &[1, 2, 3, 4], only_from_0), Placement::PeerGpus);
+        assert_eq!(placement(&[1, 0], &[1, 2], only_from_0), Placement::Elsewhere);
+        assert_eq!(placement(&[0, 1], &[1, 2], none), Placement::Elsewhere, "no peer access");
+        assert_eq!(placement(&[0, 1], &[5, 5], nvlink), Placement::Elsewhere, "two GPUs driven by one process");
+        assert_eq!(placement(&[], &[], nvlink), Placement::Elsewhere);
     }
 }

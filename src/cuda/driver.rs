@@ -5,7 +5,7 @@
 //! `FERROCCL_CUDA_DISABLE=1` forces host-memory mode.
 
 use std::ffi::CStr;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use cudarc::driver::sys;
 
@@ -134,6 +134,26 @@ pub fn primary_context(dev: i32) -> Option<Context> {
     // the process's life, as the runtime keeps its own.
     let res = unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) };
     (res == sys::CUresult::CUDA_SUCCESS && !ctx.is_null()).then_some(Context(ctx))
+}
+
+/// Whether device `dev` can map and use memory of device `peer` (the same device, or peer access
+/// over NVLink or PCIe), as this process numbers devices. Asked once per pair.
+pub fn can_access_peer(dev: i32, peer: i32) -> bool {
+    if dev == peer {
+        return true;
+    }
+    static ASKED: Mutex<Vec<((i32, i32), bool)>> = Mutex::new(Vec::new());
+    let mut asked = ASKED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(&(_, can)) = asked.iter().find(|(pair, _)| *pair == (dev, peer)) {
+        return can;
+    }
+    let mut can: std::ffi::c_int = 0;
+    // SAFETY: out-pointer is a live local; the driver validates both ordinals (and fails before
+    // cuInit, which `available` runs).
+    let res = available() && unsafe { sys::cuDeviceCanAccessPeer(&mut can, dev, peer) } == sys::CUresult::CUDA_SUCCESS;
+    let can = res && can == 1;
+    asked.push(((dev, peer), can));
+    can
 }
 
 /// Makes `ctx` current on the calling thread (worker threads serving a rank's streams).
