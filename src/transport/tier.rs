@@ -108,7 +108,9 @@ impl Transport for P2pTransport {
         if self.policy.p2p_disabled {
             Err("disabled by NCCL_P2P_DISABLE".into())
         } else {
-            Err("host buffers cannot use CUDA IPC and no P2P transport between GPUs is built yet".into())
+            Err("host buffers cannot use CUDA IPC (device-buffer collectives of ranks on one GPU, or on GPUs with peer \
+                 access, one process each, use it outside the transports)"
+                .into())
         }
     }
     fn listening(&self) -> bool {
