@@ -321,10 +321,10 @@ const SPIN_ROUNDS: u32 = 4096;
 const SPIN_ROUNDS_OVERSUBSCRIBED: u32 = 64;
 
 /// While transfers are posted, a spinning thread yields every this many idle rounds (tens of
-/// microseconds). A socket wakes its sleeping reader as a "sync" wakeup, which asks the
-/// scheduler to run the reader on the writer's CPU on the assumption that the writer sleeps
-/// next; a writer that spins instead keeps the reader off that CPU until it is preempted,
-/// milliseconds later. Measured on the H200 host (round 50, staged device-buffer all-reduce
+/// microseconds). The threads this one wakes (a socket's sleeping reader, or the helper thread
+/// a posted transfer is handed to) are often placed on this CPU, the scheduler expecting the
+/// waker to sleep next (a socket's wakeup even says so); a waker that spins instead keeps them
+/// off the CPU until it is preempted, milliseconds later. Measured on the H200 host (round 50, staged device-buffer all-reduce
 /// over loopback, 2 processes): 1 MiB took 3.7-3.8 ms without the yield and 0.9-1.0 ms with
 /// it; a peer's sent bytes were read only after the sender went to sleep (round 41 trace).
 const SOCKET_YIELD_EVERY: u32 = 64;
