@@ -140,6 +140,20 @@ __global__ void __launch_bounds__(32) fanout_tma(const V16* __restrict__ src, Ou
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
+// Whether every destination holds the source (all bytes 1) at every 4093rd byte.
+static bool every_destination_holds_source(const Outs& outs, int P, size_t bytes, const char* what) {
+  std::vector<unsigned char> h(bytes);
+  for (int m = 0; m < P; m++) {
+    CHECK(cudaMemcpy(h.data(), outs.p[m], bytes, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < bytes; i += 4093)
+      if (h[i] != 1) {
+        fprintf(stderr, "%s: destination %d wrong at %zu\n", what, m, i);
+        return false;
+      }
+  }
+  return true;
+}
+
 template <typename F>
 static float median_ms(F launch) {
   cudaEvent_t a, b;
@@ -205,19 +219,11 @@ int main(int argc, char** argv) {
     float tma32a = median_ms([&] { fanout_tma<32768><<<sms * 6, 32>>>(src, outs, P, bytes); });
     float tma32 = median_ms([&] { fanout_tma<32768><<<sms * 4, 32>>>(src, outs, P, bytes); });
     CHECK(cudaGetLastError());
-    for (int m = 0; m < P; m++) {
-      std::vector<unsigned char> h(bytes);
-      CHECK(cudaMemcpy(h.data(), outs.p[m], bytes, cudaMemcpyDeviceToHost));
-      for (size_t i = 0; i < bytes; i += 4093) if (h[i] != 1) { fprintf(stderr, "tma: destination %d wrong at %zu\n", m, i); return 1; }
-    }
+    if (!every_destination_holds_source(outs, P, bytes, "tma")) return 1;
     for (int m = 0; m < P; m++) CHECK(cudaMemset(outs.p[m], 0, bytes));
     float tile = median_ms([&] { fanout_tile<<<blocks, 256>>>(src, outs, P, packs); });
     CHECK(cudaGetLastError());
-    for (int m = 0; m < P; m++) {
-      std::vector<unsigned char> h(bytes);
-      CHECK(cudaMemcpy(h.data(), outs.p[m], bytes, cudaMemcpyDeviceToHost));
-      for (size_t i = 0; i < bytes; i += 4093) if (h[i] != 1) { fprintf(stderr, "tile: destination %d wrong at %zu\n", m, i); return 1; }
-    }
+    if (!every_destination_holds_source(outs, P, bytes, "tile")) return 1;
     // The check at the end sees what the last phased run wrote.
     for (int m = 0; m < P; m++) CHECK(cudaMemset(outs.p[m], 0, bytes));
     float ph[3];
