@@ -324,10 +324,11 @@ const SPIN_ROUNDS_OVERSUBSCRIBED: u32 = 64;
 /// microseconds). The threads this one wakes (a socket's sleeping reader, or the helper thread
 /// a posted transfer is handed to) are often placed on this CPU, the scheduler expecting the
 /// waker to sleep next (a socket's wakeup even says so); a waker that spins instead keeps them
-/// off the CPU until it is preempted, milliseconds later. Measured on the H200 host (round 50, staged device-buffer all-reduce
-/// over loopback, 2 processes): 1 MiB took 3.7-3.8 ms without the yield and 0.9-1.0 ms with
-/// it; a peer's sent bytes were read only after the sender went to sleep (round 41 trace).
-const SOCKET_YIELD_EVERY: u32 = 64;
+/// off the CPU until it is preempted, milliseconds later. Measured on the H200 host (round 50,
+/// staged device-buffer all-reduce over loopback, 2 processes): 1 MiB took 3.7-3.8 ms without
+/// the yield and 0.9-1.0 ms with it; a peer's sent bytes were read only after the sender went
+/// to sleep (round 41 trace).
+const TRANSFER_YIELD_EVERY: u32 = 64;
 
 /// Whether any communicator waits on a transfer it has posted (a socket one, or any other).
 fn transfers_posted(states: &[CommState]) -> bool {
@@ -398,7 +399,7 @@ fn run_to_completion(comms: &mut [CommWork<'_>], states: &mut [CommState], pool:
             return Ok(());
         }
         if spin.keep_polling(progressed, &mut watch) {
-            if spin.idle_rounds() % SOCKET_YIELD_EVERY == 0 && transfers_posted(states) {
+            if spin.idle_rounds() % TRANSFER_YIELD_EVERY == 0 && transfers_posted(states) {
                 std::thread::yield_now();
             }
             continue;

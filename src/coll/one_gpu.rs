@@ -198,6 +198,10 @@ fn placement(devs: &[i32], pids: &[u32], can_access: impl Fn(i32, i32) -> bool) 
 }
 
 fn placement_of(comm: &Comm) -> Placement {
+    // Every device call asks: the common case without allocating.
+    if comm.peers.iter().all(|p| p.cuda_dev == comm.cuda_dev) {
+        return Placement::OneGpu;
+    }
     let mut peers: Vec<&crate::wire::peer_info::PeerInfo> = comm.peers.iter().collect();
     peers.sort_by_key(|p| p.rank);
     let devs: Vec<i32> = peers.iter().map(|p| p.cuda_dev).collect();
