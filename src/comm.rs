@@ -767,9 +767,9 @@ fn registry() -> MutexGuard<'static, Vec<Option<Slot>>> {
     REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Bumped after a slot changes in place (a creation ends, a handle is destroyed or aborted):
-/// [`lookup`]'s per-thread memo is good only while this has not moved. New slots need no
-/// bump: tokens are never reused, so no memo names them.
+/// Bumped when a slot is emptied (a handle destroyed or aborted): [`lookup`]'s per-thread memo
+/// is good only while this has not moved. Nothing else needs a bump: the memo only ever holds a
+/// handle whose creation had ended, and tokens are never reused.
 static REGISTRY_EPOCH: AtomicU64 = AtomicU64::new(0);
 
 fn registry_changed() {
