@@ -102,10 +102,11 @@ pub struct CommGpu {
     base: *mut u8,
     /// The page's address for the GPU.
     dev: u64,
-    /// The device flag block's address in this process (unused when `flags_on_host`).
+    /// The device flag block's address in this process (unused when `peer_gpus`).
     flags: u64,
-    /// Ranks on different GPUs: every flag lives in the host page.
-    flags_on_host: bool,
+    /// Ranks on different GPUs (`Placement::PeerGpus`): every flag lives in the host page, and
+    /// each rank other than 0 copies its own all-gather block on its own GPU.
+    peer_gpus: bool,
     /// Taken (unregistered) before `memory` is unmapped; see Drop.
     registration: Mutex<Option<Registered>>,
     memory: ManuallyDrop<PageMemory>,
@@ -137,7 +138,7 @@ impl CommGpu {
     }
 
     fn flag_addr(&self, rank: usize, w: Word) -> u64 {
-        let base = if w == Word::Error || self.flags_on_host { self.dev } else { self.flags };
+        let base = if w == Word::Error || self.peer_gpus { self.dev } else { self.flags };
         base + (rank * LINE_BYTES + 4 * w as usize) as u64
     }
 
@@ -291,8 +292,8 @@ fn set_up_page(comm: &Arc<Comm>) -> Result<CommGpu> {
     };
     let pid = word(0, 4) as u32;
     let export = ipc::Export::decode(&msg[HEAD..]).ok_or_else(|| Error::internal("bad flag block export"))?;
-    let flags_on_host = placement_of(comm) == Placement::PeerGpus;
-    let flags = if pid == std::process::id() || flags_on_host { export.addr } else { ipc::open(pid, &export)? as u64 };
+    let peer_gpus = placement_of(comm) == Placement::PeerGpus;
+    let flags = if pid == std::process::id() || peer_gpus { export.addr } else { ipc::open(pid, &export)? as u64 };
     let (base, memory) = match owned {
         Some(p) => (p, PageMemory::Owned(p)),
         None => {
@@ -311,7 +312,7 @@ fn set_up_page(comm: &Arc<Comm>) -> Result<CommGpu> {
         base,
         dev: registration.device_ptr(),
         flags,
-        flags_on_host,
+        peer_gpus,
         registration: Mutex::new(Some(registration)),
         memory: ManuallyDrop::new(memory),
         submitted: AtomicU32::new(0),
@@ -428,6 +429,21 @@ fn follow(
             slot += 1;
         }
     }
+    if g.peer_gpus {
+        // Ranks on their own GPUs: an all-gather's own block goes into its own output here, on
+        // this GPU, before the ready flag (launch_for_all reads it from there).
+        for req in reqs.iter().filter(|q| q.op == CollOp::AllGather) {
+            let block = req.count * req.dtype.size();
+            let own = req.recv.wrapping_add(r * block);
+            if block > 0 && !std::ptr::eq(own as *const u8, req.send) {
+                // SAFETY: the caller's device buffers for this operation: the send buffer holds
+                // `block` bytes and the receive buffer `n * block` (NCCL's size rules); an
+                // all-gather's send buffer is either this very block (in place, skipped) or
+                // apart from the receive buffer (NCCL's rule for its buffers).
+                unsafe { stream.copy(own, req.send, block)? };
+            }
+        }
+    }
     if capturing {
         return stream.flag_ops(
             &[
@@ -475,7 +491,7 @@ fn lead(
     stream.flag_ops(&waits, capturing)?;
     let everyone_described = (1..n).all(|r| all[r * desc_len + 4] == 0);
     let launched = if everyone_described {
-        launch_for_all(comm, reqs, all, desc_len, stream, g.dev)
+        launch_for_all(comm, reqs, all, desc_len, stream, g.dev, g.peer_gpus)
     } else {
         Err(Error::remote("a rank could not export its device buffers through CUDA IPC (see its log)"))
     };
@@ -633,6 +649,7 @@ fn launch_for_all(
     desc_len: usize,
     stream: Stream,
     dev: u64,
+    peer_gpus: bool,
 ) -> Result<()> {
     let n = comm.nranks;
     let me = std::process::id();
@@ -669,8 +686,16 @@ fn launch_for_all(
                     ipc::open(pid, &e)
                 }
             };
-            send.push(resolve(&d[..ipc::EXPORT_BYTES], send_len)? as *const u8);
-            recv.push(resolve(&d[ipc::EXPORT_BYTES..2 * ipc::EXPORT_BYTES], recv_len)?);
+            let their_recv = resolve(&d[ipc::EXPORT_BYTES..2 * ipc::EXPORT_BYTES], recv_len)?;
+            if peer_gpus && req.op == CollOp::AllGather {
+                // The rank copied its block into its own output on its own GPU (follow): read it
+                // there, and the grouped copy skips the store onto its own source, so the block
+                // crosses the link once, to the other outputs.
+                send.push(their_recv.wrapping_add(r * block) as *const u8);
+            } else {
+                send.push(resolve(&d[..ipc::EXPORT_BYTES], send_len)? as *const u8);
+            }
+            recv.push(their_recv);
             // Every rank passes the same operator, but a PreMulSum scalar is each rank's own:
             // sent above, or, when device-resident, copied into the rank's page slot by its
             // stream just before its ready flag.
