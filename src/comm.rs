@@ -125,6 +125,7 @@ impl Comm {
             cuda_dev,
             net_handle: handle,
             shm: links.shm_listening(),
+            gpu: crate::cuda::driver::identity(cuda_dev),
         };
         let all = bootstrap.all_gather(&me.encode()?)?;
         let peers = PeerInfo::decode_all(&all, nranks)?;

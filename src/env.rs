@@ -269,6 +269,13 @@ pub static PARAMS: &[Param] = &[
         "1 keeps the library in host-memory mode even where a CUDA driver and GPU are present",
     ),
     param(
+        "FERROCCL_PEER_PATH_ON_ONE_GPU",
+        Bool,
+        "0",
+        "1 runs device-buffer collectives of ranks that share one GPU (one process each) on the path for ranks on \
+         different GPUs with peer access, to test that path on a one-GPU machine; set it alike on every rank",
+    ),
+    param(
         "FERROCCL_SHM_DIRECT",
         Bool,
         "1",

@@ -81,6 +81,33 @@ enum Word {
     /// The sequence number of the last operation rank 0's stream finished for this rank
     /// (plain launches; device block).
     DoneSeq = 5,
+    /// The sequence number of the last operation whose own share this rank's stream finished
+    /// (peer GPUs, [`Share`]; host page).
+    FoldedSeq = 6,
+}
+
+/// Which part of a group's work a rank's stream does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Share {
+    /// Rank 0 does everything for every rank.
+    All,
+    /// Ranks on peer GPUs, a group with a reduce-scatter: every rank folds its own block of
+    /// each reduce-scatter on its own GPU, reading the others' inputs across the link (each
+    /// block crosses once, as in a ring), and rank 0 does the rest. `lead` is rank 0's part.
+    OwnBlocks { lead: bool },
+}
+
+impl Share {
+    fn does(self, op: CollOp) -> bool {
+        match self {
+            Share::All | Share::OwnBlocks { lead: true } => true,
+            Share::OwnBlocks { lead: false } => op == CollOp::ReduceScatter,
+        }
+    }
+
+    fn own_blocks(self) -> bool {
+        matches!(self, Share::OwnBlocks { .. })
+    }
 }
 
 /// The page's place in this process: rank 0's own allocation or a mapping of it.
@@ -180,53 +207,65 @@ enum Placement {
     Elsewhere,
 }
 
-/// The placement of ranks using devices `devs` (by rank, as this process numbers devices) in
-/// processes `pids`, where `can_access(a, b)` says whether device a reaches device b's memory.
-fn placement(devs: &[i32], pids: &[u32], can_access: impl Fn(i32, i32) -> bool) -> Placement {
-    let Some(&lead) = devs.first() else { return Placement::Elsewhere };
-    if devs.iter().all(|&d| d == lead) {
-        return Placement::OneGpu;
+/// The placement of ranks on GPUs `gpus` (by rank; PCI locations, 0 for none) in processes
+/// `pids`, where `lead_reach` lists the GPUs rank 0's GPU maps by peer access (as rank 0's process
+/// found them). Every rank decides from the same values (what rank 0 published), so all decide
+/// alike even where their processes see different devices. `peer_path_on_one_gpu` sends ranks
+/// that share a GPU, one process each, down the peer-GPU path (testing it on one GPU).
+fn placement(gpus: &[u64], pids: &[u32], lead_reach: &[u64], peer_path_on_one_gpu: bool) -> Placement {
+    let Some(&lead) = gpus.first() else { return Placement::Elsewhere };
+    if lead == 0 {
+        return Placement::Elsewhere;
     }
     // Process mates order their flag operations through their shared context's queues
     // (local_order); ranks of one process on different devices have no such shared queue.
-    let mut distinct = pids.to_vec();
-    distinct.sort_unstable();
-    distinct.dedup();
-    if distinct.len() != pids.len() || !devs.iter().all(|&d| can_access(lead, d)) {
+    let processes_apart = {
+        let mut distinct = pids.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
+        distinct.len() == pids.len()
+    };
+    if gpus.iter().all(|&g| g == lead) {
+        return if peer_path_on_one_gpu && processes_apart && gpus.len() > 1 {
+            Placement::PeerGpus
+        } else {
+            Placement::OneGpu
+        };
+    }
+    if !processes_apart || !gpus.iter().all(|g| lead_reach.contains(g)) {
         return Placement::Elsewhere;
     }
     Placement::PeerGpus
 }
 
 fn placement_of(comm: &Comm) -> Placement {
+    let peer_path_on_one_gpu = crate::env::get_bool("FERROCCL_PEER_PATH_ON_ONE_GPU");
     // Every device call asks: the common case without allocating.
-    if comm.peers.iter().all(|p| p.cuda_dev == comm.cuda_dev) {
+    let lead = &comm.peers[0].gpu;
+    if !peer_path_on_one_gpu && lead.bus != 0 && comm.peers.iter().all(|p| p.gpu.bus == lead.bus) {
         return Placement::OneGpu;
     }
-    let mut peers: Vec<&crate::wire::peer_info::PeerInfo> = comm.peers.iter().collect();
-    peers.sort_by_key(|p| p.rank);
-    let devs: Vec<i32> = peers.iter().map(|p| p.cuda_dev).collect();
-    let pids: Vec<u32> = peers.iter().map(|p| p.pid).collect();
-    placement(&devs, &pids, crate::cuda::driver::can_access_peer)
+    let gpus: Vec<u64> = comm.peers.iter().map(|p| p.gpu.bus).collect();
+    let pids: Vec<u32> = comm.peers.iter().map(|p| p.pid).collect();
+    placement(&gpus, &pids, &lead.reach, peer_path_on_one_gpu)
 }
 
 /// Whether a job can run here: one communicator whose ranks all use this host's same GPU, or
 /// GPUs that rank 0's reaches directly (one process each), device buffers only, collectives
 /// only (point-to-point keeps the staged path), one stream, and NCCL_P2P_DISABLE unset. Every
-/// rank decides alike from what all ranks agree on (and, for peer access, from what the driver
-/// says of the same devices).
+/// rank decides alike from what all ranks agree on: the GPUs' PCI locations and what rank 0's
+/// GPU reaches, exchanged at init.
 pub fn applies(ops: &[(Arc<Comm>, OpRequest)]) -> bool {
     let Some((first, first_req)) = ops.first() else { return false };
     if crate::env::get_bool("NCCL_P2P_DISABLE") || !first.node_area || first.nranks > MAX_RANKS {
         return false;
     }
-    placement_of(first) != Placement::Elsewhere
-        && ops.iter().all(|(c, r)| {
-            Arc::ptr_eq(c, first)
-                && r.mem.is_device()
-                && r.stream == first_req.stream
-                && !matches!(r.op, CollOp::Send { .. } | CollOp::Recv { .. })
-        })
+    ops.iter().all(|(c, r)| {
+        Arc::ptr_eq(c, first)
+            && r.mem.is_device()
+            && r.stream == first_req.stream
+            && !matches!(r.op, CollOp::Send { .. } | CollOp::Recv { .. })
+    }) && placement_of(first) != Placement::Elsewhere
 }
 
 /// The communicator's page, set up on first use (a collective step: every rank calls this at
@@ -336,17 +375,33 @@ pub fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<()> {
     let capturing = stream.is_capturing()?;
     let n = comm.nranks;
     let desc_len = DESC_HEADER_BYTES + reqs.len() * OP_DESC_BYTES;
+    // Graph captures keep rank 0 doing all: their set/reset flags pair one rank with rank 0.
+    // Every rank decides alike (the same operations, the same placement, captured alike).
+    let share = if !capturing
+        && n > 1
+        && reqs.iter().any(|q| q.op == CollOp::ReduceScatter)
+        && placement_of(comm) == Placement::PeerGpus
+    {
+        Share::OwnBlocks { lead: comm.rank == 0 }
+    } else {
+        Share::All
+    };
     let mut mine = vec![0u8; desc_len];
     mine[..4].copy_from_slice(&std::process::id().to_le_bytes());
-    let described = if comm.rank == 0 { Ok(()) } else { describe_buffers(comm, reqs, &mut mine) };
+    let described =
+        if comm.rank == 0 && !share.own_blocks() { Ok(()) } else { describe_buffers(comm, reqs, &mut mine) };
     if let Err(e) = &described {
         log::warn!(target: "COLL", "device operation: {e}");
         mine[4] = 1;
     }
-    let mut all = vec![0u8; if comm.rank == 0 { desc_len * n } else { 0 }];
+    let mut all = vec![0u8; if comm.rank == 0 || share.own_blocks() { desc_len * n } else { 0 }];
     // First, so that a rank that passed host buffers to this call (and so runs a host
     // collective) is told so here, by the node area's comparison of calls, on both sides.
-    host_gather(comm, &mine, &mut all)?;
+    if share.own_blocks() {
+        host_all_gather(comm, &mine, &mut all)?;
+    } else {
+        host_gather(comm, &mine, &mut all)?;
+    }
     let g = comm_gpu(comm, capturing)?;
     log_path_once(comm);
     if capturing {
@@ -363,9 +418,10 @@ pub fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<()> {
             order.map_or_else(Vec::new, |(o, _)| o.local_ranks().iter().copied().filter(|&r| r != 0).collect());
         order
             .map_or(Ok(()), |(o, k)| o.wait_seq(comm, &mates, k))
-            .and_then(|()| lead(comm, &g, reqs, &all, desc_len, stream, capturing, seq))
+            .and_then(|()| lead(comm, &g, reqs, &all, desc_len, stream, capturing, seq, share))
     } else {
-        follow(comm, &g, reqs, stream, capturing, order, seq)
+        let own_blocks = share.own_blocks().then_some((all.as_slice(), desc_len));
+        follow(comm, &g, reqs, stream, capturing, order, seq, own_blocks)
     };
     if let Some((o, k)) = order {
         o.publish_seq(k);
@@ -400,19 +456,9 @@ fn record_last_stream(g: &CommGpu, stream: Stream) -> Result<()> {
     e.record(stream)
 }
 
-/// A rank other than 0: its device scalars into the page, then the flag handshake.
-/// `order`: this process's mates and the operation's number among them (`None` for graph
-/// captures and ranks alone in their process).
-fn follow(
-    comm: &Comm,
-    g: &CommGpu,
-    reqs: &[OpRequest],
-    stream: Stream,
-    capturing: bool,
-    order: Option<(&LocalOrder, u64)>,
-    seq: u32,
-) -> Result<()> {
-    let r = comm.rank;
+/// Rank `r`'s device-resident PreMulSum scalars into its page slots, for the rank that reads
+/// them (rank 0; with [`Share::OwnBlocks`], every rank).
+fn stage_scalars(g: &CommGpu, reqs: &[OpRequest], r: usize, stream: Stream) -> Result<()> {
     let mut slot = 0;
     for req in reqs {
         if let Some(at) = req.pre_device {
@@ -429,6 +475,26 @@ fn follow(
             slot += 1;
         }
     }
+    Ok(())
+}
+
+/// A rank other than 0: its device scalars into the page, then the flag handshake.
+/// `order`: this process's mates and the operation's number among them (`None` for graph
+/// captures and ranks alone in their process). `own_blocks`: every rank's buffer descriptions
+/// (and their length) when this rank folds its own reduce-scatter blocks ([`Share`]).
+#[allow(clippy::too_many_arguments)]
+fn follow(
+    comm: &Comm,
+    g: &CommGpu,
+    reqs: &[OpRequest],
+    stream: Stream,
+    capturing: bool,
+    order: Option<(&LocalOrder, u64)>,
+    seq: u32,
+    own_blocks: Option<(&[u8], usize)>,
+) -> Result<()> {
+    let r = comm.rank;
+    stage_scalars(g, reqs, r, stream)?;
     if g.peer_gpus {
         // Ranks on their own GPUs: an all-gather's own block goes into its own output here, on
         // this GPU, before the ready flag (launch_for_all reads it from there).
@@ -456,6 +522,27 @@ fn follow(
     }
     let ready = FlagOp::Write(g.flag_addr(r, Word::ReadySeq), seq);
     let wait = FlagOp::WaitGeq(g.flag_addr(r, Word::DoneSeq), seq);
+    if let Some((all, desc_len)) = own_blocks {
+        // Ranks on their own GPUs (so alone in their processes: no `order`). Every input must be
+        // ready before this rank reads it; rank 0 releases everyone once every rank has folded,
+        // so nobody's input changes while another rank still reads it.
+        let n = comm.nranks;
+        let mut ops = vec![ready];
+        ops.extend((0..n).filter(|&q| q != r).map(|q| FlagOp::WaitGeq(g.flag_addr(q, Word::ReadySeq), seq)));
+        stream.flag_ops(&ops, false)?;
+        let everyone_described = (0..n).all(|q| all[q * desc_len + 4] == 0);
+        let folded = if everyone_described {
+            launch_for_all(comm, reqs, all, desc_len, stream, g.dev, g.peer_gpus, Share::OwnBlocks { lead: false })
+        } else {
+            Err(Error::remote("a rank could not export its device buffers through CUDA IPC (see its log)"))
+        };
+        if let Err(e) = &folded {
+            log::warn!(target: "COLL", "device operation on rank {r}: {e}");
+            comm.set_async_error(e);
+        }
+        stream.flag_ops(&[FlagOp::Write(g.flag_addr(r, Word::FoldedSeq), seq), wait], false)?;
+        return folded;
+    }
     let Some((order, k)) = order else { return stream.flag_ops(&[ready, wait], false) };
     // Process mates (local_order): the wait goes in once every mate has submitted its flag
     // write, and rank 0, when it is a mate, its kernels and done flags.
@@ -477,9 +564,10 @@ fn lead(
     stream: Stream,
     capturing: bool,
     seq: u32,
+    share: Share,
 ) -> Result<()> {
     let n = comm.nranks;
-    let waits: Vec<FlagOp> = if capturing {
+    let mut waits: Vec<FlagOp> = if capturing {
         (1..n)
             .flat_map(|r| {
                 [FlagOp::WaitEq(g.flag_addr(r, Word::Ready), 1), FlagOp::Write(g.flag_addr(r, Word::Ready), 0)]
@@ -488,14 +576,25 @@ fn lead(
     } else {
         (1..n).map(|r| FlagOp::WaitGeq(g.flag_addr(r, Word::ReadySeq), seq)).collect()
     };
+    // The others read rank 0's inputs and scalars too ([`Share`]); a failure here still goes
+    // through the flags below, so that nobody waits for ever.
+    let staged = if share.own_blocks() { stage_scalars(g, reqs, 0, stream) } else { Ok(()) };
+    if share.own_blocks() {
+        waits.insert(0, FlagOp::Write(g.flag_addr(0, Word::ReadySeq), seq));
+    }
     stream.flag_ops(&waits, capturing)?;
     let everyone_described = (1..n).all(|r| all[r * desc_len + 4] == 0);
-    let launched = if everyone_described {
-        launch_for_all(comm, reqs, all, desc_len, stream, g.dev, g.peer_gpus)
-    } else {
-        Err(Error::remote("a rank could not export its device buffers through CUDA IPC (see its log)"))
-    };
-    let mut releases = Vec::with_capacity(2 * n);
+    let launched = staged.and_then(|()| {
+        if everyone_described {
+            launch_for_all(comm, reqs, all, desc_len, stream, g.dev, g.peer_gpus, share)
+        } else {
+            Err(Error::remote("a rank could not export its device buffers through CUDA IPC (see its log)"))
+        }
+    });
+    let mut releases = Vec::with_capacity(3 * n);
+    if share.own_blocks() {
+        releases.extend((1..n).map(|r| FlagOp::WaitGeq(g.flag_addr(r, Word::FoldedSeq), seq)));
+    }
     if let Err(e) = &launched {
         log::warn!(target: "COLL", "device operation on rank 0: {e}");
         comm.set_async_error(e);
@@ -583,10 +682,10 @@ fn log_path_once(comm: &Arc<Comm>) {
             "ranks on {} GPUs with peer access: rank 0's GPU (device {dev}) runs each collective's kernels, reading and \
              writing the other GPUs' buffers over the link",
             {
-                let mut d: Vec<i32> = (0..n).map(dev_of).collect();
-                d.sort_unstable();
-                d.dedup();
-                d.len()
+                let mut gpus: Vec<u64> = comm.peers.iter().map(|p| p.gpu.bus).collect();
+                gpus.sort_unstable();
+                gpus.dedup();
+                gpus.len()
             }
         );
         return;
@@ -616,6 +715,16 @@ fn host_gather(comm: &Arc<Comm>, mine: &[u8], all: &mut [u8]) -> Result<()> {
     super::run_one(comm, &req)
 }
 
+/// Gathers `mine` (the same length on every rank) to every rank's `all`.
+fn host_all_gather(comm: &Arc<Comm>, mine: &[u8], all: &mut [u8]) -> Result<()> {
+    if comm.nranks == 1 {
+        all.copy_from_slice(mine);
+        return Ok(());
+    }
+    let req = host_request(CollOp::AllGather, mine.as_ptr(), all.as_mut_ptr(), mine.len());
+    super::run_one(comm, &req)
+}
+
 fn host_broadcast(comm: &Arc<Comm>, buf: &mut [u8]) -> Result<()> {
     let req = host_request(CollOp::Broadcast { root: 0 }, buf.as_ptr(), buf.as_mut_ptr(), buf.len());
     super::run_one(comm, &req)
@@ -638,10 +747,10 @@ fn host_request(op: CollOp, send: *const u8, recv: *mut u8, count: usize) -> OpR
     }
 }
 
-/// Rank 0's part: every rank's buffers resolved in this process, then one kernel per output
-/// set (one pass over the data where the operation allows), or copies.
+/// This rank's part (`share`): every rank's buffers resolved in this process, then one kernel
+/// per output set (one pass over the data where the operation allows), or copies.
 // Loops run over rank numbers, which index several per-rank tables at once.
-#[allow(clippy::needless_range_loop)]
+#[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 fn launch_for_all(
     comm: &Comm,
     reqs: &[OpRequest],
@@ -650,8 +759,10 @@ fn launch_for_all(
     stream: Stream,
     dev: u64,
     peer_gpus: bool,
+    share: Share,
 ) -> Result<()> {
     let n = comm.nranks;
+    let my_rank = comm.rank;
     let me = std::process::id();
     let mut scalar_slot = vec![0usize; n];
     for (i, req) in reqs.iter().enumerate() {
@@ -661,8 +772,11 @@ fn launch_for_all(
         let mut recv = Vec::with_capacity(n);
         let mut pre = Vec::with_capacity(n);
         let own_pre = req.reduction.as_ref().map_or(PreScalar::None, |r| kernels::from_reduction(r).1);
+        // Device-resident scalars sit in page slots numbered by operation: count every
+        // operation's, including those this rank leaves to others.
+        let acting = share.does(req.op);
         for r in 0..n {
-            if r == 0 {
+            if r == my_rank {
                 send.push(req.send);
                 recv.push(req.recv);
                 pre.push(match req.pre_device {
@@ -676,7 +790,7 @@ fn launch_for_all(
             let d = &desc[DESC_HEADER_BYTES + i * OP_DESC_BYTES..][..OP_DESC_BYTES];
             let (send_len, recv_len) = buffer_lengths(req, r, n)?;
             let resolve = |bytes: &[u8], len: usize| -> Result<*mut u8> {
-                if len == 0 {
+                if len == 0 || !acting {
                     return Ok(std::ptr::null_mut());
                 }
                 let e = ipc::Export::decode(bytes).ok_or_else(|| Error::internal("bad buffer export"))?;
@@ -712,6 +826,9 @@ fn launch_for_all(
                 }
                 _ => own_pre,
             });
+        }
+        if !acting {
+            continue;
         }
         let copy_to_all = |outs: &[*mut u8], src: *const u8| -> Result<()> {
             let outs: Vec<*mut u8> = outs.iter().copied().filter(|&o| !std::ptr::eq(o, src)).collect();
@@ -771,6 +888,11 @@ fn launch_for_all(
             // One pass: every input read once, every rank's output written once.
             CollOp::AllReduce => fold(recv[0], &recv[1..], &send)?,
             CollOp::Reduce { root } => fold(recv[root], &[], &send)?,
+            // This rank's own block only, on its own GPU ([`Share`]).
+            CollOp::ReduceScatter if share.own_blocks() => {
+                let inputs: Vec<*const u8> = send.iter().map(|&s| at(s, my_rank)).collect();
+                fold(recv[my_rank], &[], &inputs)?;
+            }
             CollOp::ReduceScatter if grouped_fold(&recv, &send)? => {}
             CollOp::ReduceScatter => {
                 for k in 0..n {
@@ -867,17 +989,22 @@ mod tests {
 
     #[test]
     fn placement_takes_peer_gpus_only_when_rank_0_reaches_all_and_ranks_are_processes() {
-        let nvlink = |_: i32, _: i32| true;
-        let none = |a: i32, b: i32| a == b;
-        // Rank 0's device must reach each rank's, not the other way round.
-        let only_from_0 = |a: i32, b: i32| a == b || a == 0;
-        assert_eq!(placement(&[0, 0, 0], &[1, 2, 3], none), Placement::OneGpu);
-        assert_eq!(placement(&[1, 1], &[7, 7], none), Placement::OneGpu, "threads of one process on one GPU");
-        assert_eq!(placement(&[0, 1], &[1, 2], nvlink), Placement::PeerGpus);
-        assert_eq!(placement(&[0, 1, 0, 1], &[1, 2, 3, 4], only_from_0), Placement::PeerGpus);
-        assert_eq!(placement(&[1, 0], &[1, 2], only_from_0), Placement::Elsewhere);
-        assert_eq!(placement(&[0, 1], &[1, 2], none), Placement::Elsewhere, "no peer access");
-        assert_eq!(placement(&[0, 1], &[5, 5], nvlink), Placement::Elsewhere, "two GPUs driven by one process");
-        assert_eq!(placement(&[], &[], nvlink), Placement::Elsewhere);
+        let (a, b, c) = (1 << 32 | 0x19 << 8, 1 << 32 | 0x3b << 8, 1 << 32 | 0x4c << 8);
+        let nvlink = [a, b, c];
+        assert_eq!(placement(&[a, a, a], &[1, 2, 3], &[a], false), Placement::OneGpu);
+        assert_eq!(placement(&[b, b], &[7, 7], &[b], false), Placement::OneGpu, "threads of one process on one GPU");
+        assert_eq!(placement(&[a, b], &[1, 2], &nvlink, false), Placement::PeerGpus);
+        assert_eq!(placement(&[a, b, a, b], &[1, 2, 3, 4], &[a, b], false), Placement::PeerGpus);
+        // Rank 0's GPU must reach each rank's; what the others reach does not matter.
+        assert_eq!(placement(&[b, a], &[1, 2], &[b], false), Placement::Elsewhere);
+        assert_eq!(placement(&[a, c], &[1, 2], &[a, b], false), Placement::Elsewhere, "no peer access to c");
+        assert_eq!(placement(&[a, b], &[5, 5], &nvlink, false), Placement::Elsewhere, "two GPUs driven by one process");
+        assert_eq!(placement(&[0, 0], &[1, 2], &[], false), Placement::Elsewhere, "no GPU");
+        assert_eq!(placement(&[a, 0], &[1, 2], &[a], false), Placement::Elsewhere, "a rank without a GPU");
+        assert_eq!(placement(&[], &[], &nvlink, false), Placement::Elsewhere);
+        // The test switch: one GPU, one process per rank, takes the peer path; threads do not.
+        assert_eq!(placement(&[a, a], &[1, 2], &[a], true), Placement::PeerGpus);
+        assert_eq!(placement(&[a, a], &[1, 1], &[a], true), Placement::OneGpu);
+        assert_eq!(placement(&[a], &[1], &[a], true), Placement::OneGpu);
     }
 }

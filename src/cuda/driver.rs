@@ -156,6 +156,59 @@ pub fn can_access_peer(dev: i32, peer: i32) -> bool {
     can
 }
 
+/// Most devices a [`GpuIdentity`] lists as reachable.
+pub const MAX_REACH: usize = 16;
+
+/// A GPU as other processes can recognise it: its PCI location, and the PCI locations of the
+/// devices it reaches by peer access (itself first). Device ordinals cannot serve: each process
+/// numbers the devices it sees, and processes launched with different `CUDA_VISIBLE_DEVICES`
+/// call different GPUs "device 0".
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GpuIdentity {
+    /// [`pci_location`] of the device; 0 for none (host memory only).
+    pub bus: u64,
+    /// Locations of the devices visible to this process that this one maps by peer access,
+    /// itself first; at most [`MAX_REACH`].
+    pub reach: Vec<u64>,
+}
+
+/// A device's PCI domain, bus and device numbers as one value (`1 << 32 | domain << 16 | bus <<
+/// 8 | device`; the top bit tells it from "none"), if the driver says them.
+fn pci_location(dev: i32) -> Option<u64> {
+    use sys::CUdevice_attribute::*;
+    let attr = |a: sys::CUdevice_attribute| -> Option<u64> {
+        let mut v: std::ffi::c_int = 0;
+        // SAFETY: out-pointer is a live local; the driver validates the ordinal.
+        let res = unsafe { sys::cuDeviceGetAttribute(&mut v, a, dev) };
+        (res == sys::CUresult::CUDA_SUCCESS && v >= 0).then_some(v as u64)
+    };
+    let (domain, bus, device) = (
+        attr(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
+        attr(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+        attr(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?,
+    );
+    Some(1 << 32 | (domain & 0xffff) << 16 | (bus & 0xff) << 8 | (device & 0xff))
+}
+
+/// The identity of device `dev` (as this process numbers devices); the empty identity without
+/// CUDA or for a negative ordinal.
+pub fn identity(dev: i32) -> GpuIdentity {
+    let Some(p) = probe() else { return GpuIdentity::default() };
+    let Some(bus) = (dev >= 0 && dev < p.devices).then(|| pci_location(dev)).flatten() else {
+        return GpuIdentity::default();
+    };
+    let mut reach = vec![bus];
+    for other in (0..p.devices).filter(|&o| o != dev) {
+        if reach.len() == MAX_REACH {
+            break;
+        }
+        if let Some(b) = pci_location(other).filter(|_| can_access_peer(dev, other)) {
+            reach.push(b);
+        }
+    }
+    GpuIdentity { bus, reach }
+}
+
 /// Makes `ctx` current on the calling thread (worker threads serving a rank's streams).
 pub fn make_current(ctx: Context) -> Result<()> {
     // SAFETY: ctx came from the driver and contexts are never destroyed by ferroccl.

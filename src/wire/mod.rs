@@ -158,7 +158,15 @@ pub(crate) mod tests {
         let v6: std::net::SocketAddr = "[fe80::1%2]:99".parse().unwrap();
         let mut a4 = [0u8; ADDR_BYTES];
         encode_addr(&v4, &mut a4);
-        let peer = PeerInfo { rank: 5, host_hash: 77, pid: 4242, cuda_dev: 1, net_handle: a4.to_vec(), shm: true };
+        let peer = PeerInfo {
+            rank: 5,
+            host_hash: 77,
+            pid: 4242,
+            cuda_dev: 1,
+            net_handle: a4.to_vec(),
+            shm: true,
+            gpu: Default::default(),
+        };
         vec![
             ("addr", a4.to_vec()),
             ("hello", Hello { magic: MAGIC, kind: ConnKind::Ring, rank: 2, extra: 3 }.encode().to_vec()),

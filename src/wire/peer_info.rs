@@ -1,10 +1,13 @@
 //! What every rank tells every other at init ([`PeerInfo`]), and at split ([`SplitEntry`]).
 //!
-//! PeerInfo layout ([`PEER_INFO_BYTES`] = 96): rank (u64 LE), host hash (u64 LE), pid (u32
+//! PeerInfo layout ([`PEER_INFO_BYTES`] = 232): rank (u64 LE), host hash (u64 LE), pid (u32
 //! LE), CUDA device (i32 LE), net handle length (u8, at most [`MAX_NET_HANDLE`]), shm flag
-//! (u8, 0 or 1), 6 zero bytes, the net handle padded with zeros to 64 bytes.
+//! (u8, 0 or 1), reach count (u8, at most [`MAX_REACH`]), 5 zero bytes, the net handle padded
+//! with zeros to 64 bytes, the GPU's PCI location (u64 LE, 0 for none), then the reach list
+//! (u64 LE each) padded with zeros to [`MAX_REACH`] entries.
 
 use super::Reader;
+use crate::cuda::driver::{GpuIdentity, MAX_REACH};
 use crate::error::{Error, Result};
 
 /// What every rank learns about every other at init.
@@ -17,11 +20,13 @@ pub struct PeerInfo {
     pub net_handle: Vec<u8>,
     /// Accepts shared-memory connections.
     pub shm: bool,
+    /// The rank's GPU as every process can recognise it (not by ordinal).
+    pub gpu: GpuIdentity,
 }
 
 /// Longest net handle a [`PeerInfo`] carries.
 pub const MAX_NET_HANDLE: usize = 64;
-pub const PEER_INFO_BYTES: usize = 32 + MAX_NET_HANDLE;
+pub const PEER_INFO_BYTES: usize = 32 + MAX_NET_HANDLE + 8 + 8 * MAX_REACH;
 
 impl PeerInfo {
     /// The fixed-size record; a handle longer than [`MAX_NET_HANDLE`] is an internal error.
@@ -30,6 +35,10 @@ impl PeerInfo {
         if n > MAX_NET_HANDLE {
             return Err(Error::internal(format!("net handle of {n} bytes (at most {MAX_NET_HANDLE})")));
         }
+        let reach = self.gpu.reach.len();
+        if reach > MAX_REACH {
+            return Err(Error::internal(format!("a GPU reaching {reach} devices (at most {MAX_REACH} listed)")));
+        }
         let mut b = Vec::with_capacity(PEER_INFO_BYTES);
         b.extend_from_slice(&(self.rank as u64).to_le_bytes());
         b.extend_from_slice(&self.host_hash.to_le_bytes());
@@ -37,8 +46,14 @@ impl PeerInfo {
         b.extend_from_slice(&self.cuda_dev.to_le_bytes());
         b.push(n as u8);
         b.push(self.shm as u8);
-        b.extend_from_slice(&[0; 6]);
+        b.push(reach as u8);
+        b.extend_from_slice(&[0; 5]);
         b.extend_from_slice(&self.net_handle);
+        b.resize(32 + MAX_NET_HANDLE, 0);
+        b.extend_from_slice(&self.gpu.bus.to_le_bytes());
+        for bus in &self.gpu.reach {
+            b.extend_from_slice(&bus.to_le_bytes());
+        }
         b.resize(PEER_INFO_BYTES, 0);
         Ok(b)
     }
@@ -56,11 +71,21 @@ impl PeerInfo {
             1 => true,
             v => return Err(Error::remote(format!("peer info: shm flag {v}"))),
         };
-        r.zeros(6)?;
+        let reach_len = r.u8()? as usize;
+        if reach_len > MAX_REACH {
+            return Err(Error::remote(format!("peer info: a GPU reaching {reach_len} devices")));
+        }
+        r.zeros(5)?;
         let net_handle = r.slice(n)?.to_vec();
         r.zeros(MAX_NET_HANDLE - n)?;
+        let bus = r.u64_le()?;
+        let reach = (0..reach_len).map(|_| r.u64_le()).collect::<Result<Vec<u64>>>()?;
+        r.zeros(8 * (MAX_REACH - reach_len))?;
         r.finish()?;
-        Ok(PeerInfo { rank, host_hash, pid, cuda_dev, net_handle, shm })
+        if (bus == 0) != reach.is_empty() || reach.first().is_some_and(|&first| first != bus) {
+            return Err(Error::remote("peer info: a GPU's reach list does not start with the GPU"));
+        }
+        Ok(PeerInfo { rank, host_hash, pid, cuda_dev, net_handle, shm, gpu: GpuIdentity { bus, reach } })
     }
 
     /// An all-gather of `nranks` records, each of which must name its own position.
@@ -116,7 +141,38 @@ mod tests {
     use super::*;
 
     fn sample(handle: Vec<u8>) -> PeerInfo {
-        PeerInfo { rank: 3, host_hash: 99, pid: 1234, cuda_dev: -1, net_handle: handle, shm: true }
+        PeerInfo {
+            rank: 3,
+            host_hash: 99,
+            pid: 1234,
+            cuda_dev: -1,
+            net_handle: handle,
+            shm: true,
+            gpu: GpuIdentity::default(),
+        }
+    }
+
+    #[test]
+    fn gpu_identity_round_trips_and_must_be_consistent() {
+        let full: Vec<u64> = (0..MAX_REACH as u64).map(|i| 1 << 32 | 0x19 << 8 | i).collect();
+        for reach in [vec![1 << 32 | 0x19 << 8], full] {
+            let p = PeerInfo { gpu: GpuIdentity { bus: reach[0], reach }, ..sample(vec![7; 5]) };
+            let b = p.encode().unwrap();
+            assert_eq!(b.len(), PEER_INFO_BYTES);
+            assert_eq!(PeerInfo::decode(&b).unwrap(), p);
+        }
+        let too_many = GpuIdentity { bus: 1, reach: vec![1; MAX_REACH + 1] };
+        assert!(PeerInfo { gpu: too_many, ..sample(vec![]) }.encode().is_err());
+        let not_first = GpuIdentity { bus: 1 << 32, reach: vec![1 << 32 | 1, 1 << 32] };
+        assert!(PeerInfo::decode(&PeerInfo { gpu: not_first, ..sample(vec![]) }.encode().unwrap()).is_err());
+        let no_gpu_but_reach = GpuIdentity { bus: 0, reach: vec![0] };
+        assert!(PeerInfo::decode(&PeerInfo { gpu: no_gpu_but_reach, ..sample(vec![]) }.encode().unwrap()).is_err());
+        let mut bad = sample(vec![]).encode().unwrap();
+        bad[26] = MAX_REACH as u8 + 1;
+        assert!(PeerInfo::decode(&bad).is_err(), "reach count beyond the record");
+        let mut bad = sample(vec![]).encode().unwrap();
+        bad[PEER_INFO_BYTES - 1] = 1;
+        assert!(PeerInfo::decode(&bad).is_err(), "bytes after the reach list");
     }
 
     #[test]

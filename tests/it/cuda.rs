@@ -103,6 +103,11 @@ impl DevBuf {
     fn p(&self) -> *mut c_void {
         self.ptr as *mut c_void
     }
+    /// The address of element `i`.
+    fn at(&self, i: usize) -> *mut c_void {
+        assert!(i <= self.len);
+        (self.ptr + 4 * i as u64) as *mut c_void
+    }
 }
 
 impl Drop for DevBuf {
@@ -186,6 +191,28 @@ fn device_collectives(rank: usize, n: usize, comm: ncclComm_t) {
     }
     let mine = &g[rank * count..(rank + 1) * count];
     expect_eq(&scattered.download(), &mine.iter().map(|v| v * n as f32).collect::<Vec<_>>(), "reduce-scatter");
+
+    // In place: a rank's block of the full buffer is its all-gather input and its
+    // reduce-scatter output; then both in one group with an all-reduce.
+    let mut start = vec![0.0f32; count * n];
+    start[rank * count..][..count].copy_from_slice(&input);
+    let full = DevBuf::from(&start);
+    check(ncclAllGather(full.at(rank * count), full.p(), count, F32, comm, stream), "allgather in place");
+    sync(stream);
+    assert_eq!(full.download(), g, "all-gather in place");
+    check(ncclReduceScatter(full.p(), full.at(rank * count), count, F32, ncclRedOp_t(0), comm, stream), "rs in place");
+    sync(stream);
+    expect_eq(&full.download()[rank * count..][..count], &scattered.download(), "reduce-scatter in place");
+    let (gathered2, scattered2, reduced) = (DevBuf::new(count * n), DevBuf::new(count), DevBuf::new(count));
+    check(ncclGroupStart(), "group start");
+    check(ncclAllGather(send.p(), gathered2.p(), count, F32, comm, stream), "grouped allgather");
+    check(ncclReduceScatter(gathered.p(), scattered2.p(), count, F32, ncclRedOp_t(0), comm, stream), "grouped rs");
+    check(ncclAllReduce(send.p(), reduced.p(), count, F32, ncclRedOp_t(0), comm, stream), "grouped allreduce");
+    check(ncclGroupEnd(), "group end");
+    sync(stream);
+    assert_eq!(gathered2.download(), g, "grouped all-gather");
+    expect_eq(&scattered2.download(), &scattered.download(), "grouped reduce-scatter");
+    expect_eq(&reduced.download(), &expect, "grouped all-reduce");
 
     // Broadcast from the last rank, in place.
     let b = DevBuf::from(&vec![rank as f32; count]);
@@ -413,6 +440,17 @@ fn rank_threads_with_one_hardware_queue() {
     assert!(out.status.success() && text.contains("1 passed"), "{text}");
 }
 
+/// The path for ranks on different GPUs with peer access, run on one GPU (every rank's
+/// "peer" GPU is the same one), so that a one-GPU machine tests it too.
+#[test]
+fn gpu_processes_peer_path() {
+    if skip("gpu_processes_peer_path") {
+        return;
+    }
+    gpu_processes(2, &[("FERROCCL_PEER_PATH_ON_ONE_GPU", "1")]);
+    gpu_processes(3, &[("FERROCCL_PEER_PATH_ON_ONE_GPU", "1")]);
+}
+
 #[test]
 fn gpu_processes_staged() {
     if skip("gpu_processes_staged") {
@@ -444,6 +482,27 @@ fn device_scalar_and_graph(rank: usize, n: usize, comm: ncclComm_t) {
         sync(stream);
         let want: f32 = (0..n).map(|r| (r + 1) as f32 * (round + 1) as f32).sum();
         expect_eq(&recv.download(), &vec![want; count], "premulsum with a device scalar set on the stream");
+    }
+
+    // Reduce-scatters queued back to back, the input and the device scalar rewritten on the
+    // stream between them: no rank may read another's input or scalar before it is written
+    // for its call, or after it is rewritten for the next one.
+    let block = 1024 + 3;
+    let input = DevBuf::new(block * n);
+    let outs: Vec<DevBuf> = (0..4).map(|_| DevBuf::new(block)).collect();
+    for (k, out) in outs.iter().enumerate() {
+        let value = (rank + 1) as f32 * (k + 1) as f32;
+        let factor = (rank + k + 2) as f32;
+        // SAFETY: input holds block * n floats and scalar one; the stream is live.
+        cu(unsafe { sys::cuMemsetD32Async(input.ptr, value.to_bits(), block * n, raw) }, "memset input");
+        // SAFETY: as above.
+        cu(unsafe { sys::cuMemsetD32Async(scalar.ptr, factor.to_bits(), 1, raw) }, "memset scalar");
+        check(ncclReduceScatter(input.p(), out.p(), block, F32, op, comm, stream), "reduce-scatter device scalar");
+    }
+    sync(stream);
+    for (k, out) in outs.iter().enumerate() {
+        let want: f32 = (0..n).map(|r| (r + 1) as f32 * (k + 1) as f32 * (r + k + 2) as f32).sum();
+        expect_eq(&out.download(), &vec![want; block], "back-to-back reduce-scatters with device scalars");
     }
 
     let send = DevBuf::new(count);
