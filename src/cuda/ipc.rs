@@ -15,14 +15,15 @@ use cudarc::driver::sys;
 use super::driver::check;
 use crate::error::Result;
 
-/// Bytes of an encoded [`Export`]: kind (8, padded), handle (64), offset, address.
-pub const EXPORT_BYTES: usize = 8 + 64 + 8 + 8;
+/// Bytes of an encoded [`Export`]: kind (8, padded), handle (64), offset, address, and for a
+/// legacy handle the allocation's size.
+pub const EXPORT_BYTES: usize = 8 + 64 + 8 + 8 + 8;
 
 /// How another process opens the allocation holding a buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Handle {
-    /// Legacy CUDA IPC (cudaMalloc / cuMemAlloc memory).
-    Legacy([u8; 64]),
+    /// Legacy CUDA IPC (cudaMalloc / cuMemAlloc memory): the handle and the allocation's size.
+    Legacy { handle: [u8; 64], size: u64 },
     /// An ncclMemAlloc (cuMem) allocation, exported as a POSIX descriptor ([`super::vmm`]).
     Vmm { fd: i32, serial: u64, size: u64 },
 }
@@ -44,9 +45,10 @@ impl Export {
     pub fn encode(&self, out: &mut [u8]) {
         out[..EXPORT_BYTES].fill(0);
         match self.handle {
-            Handle::Legacy(h) => {
+            Handle::Legacy { handle, size } => {
                 out[0] = KIND_LEGACY;
-                out[8..72].copy_from_slice(&h);
+                out[8..72].copy_from_slice(&handle);
+                out[88..96].copy_from_slice(&size.to_le_bytes());
             }
             Handle::Vmm { fd, serial, size } => {
                 out[0] = KIND_VMM;
@@ -67,9 +69,9 @@ impl Export {
         let u64_at = |i: usize| b[i..i + 8].try_into().ok().map(u64::from_le_bytes);
         let handle = match b[0] {
             KIND_LEGACY => {
-                let mut h = [0u8; 64];
-                h.copy_from_slice(&b[8..72]);
-                Handle::Legacy(h)
+                let mut handle = [0u8; 64];
+                handle.copy_from_slice(&b[8..72]);
+                Handle::Legacy { handle, size: u64_at(88)? }
             }
             KIND_VMM => Handle::Vmm {
                 fd: i32::from_le_bytes(b[8..12].try_into().ok()?),
@@ -106,26 +108,59 @@ pub fn export(ptr: *const u8) -> Result<Export> {
     for (b, c) in bytes.iter_mut().zip(handle.reserved.iter()) {
         *b = *c as u8;
     }
-    Ok(Export { handle: Handle::Legacy(bytes), offset: ptr as u64 - base, addr: ptr as u64 })
+    Ok(Export {
+        handle: Handle::Legacy { handle: bytes, size: size as u64 },
+        offset: ptr as u64 - base,
+        addr: ptr as u64,
+    })
 }
 
-/// Mapped allocations of other processes: base address by (pid, handle).
-type OpenedMap = HashMap<(u32, [u8; 64]), u64>;
+/// A legacy allocation of another process mapped here.
+#[derive(Clone, Copy)]
+struct Opened {
+    /// Its address in this process.
+    here: u64,
+    /// Its address range in the owner's process.
+    owner_start: u64,
+    owner_end: u64,
+}
+
+/// Mapped allocations of other processes, by (pid, handle).
+type OpenedMap = HashMap<(u32, [u8; 64]), Opened>;
 static OPENED: Mutex<Option<OpenedMap>> = Mutex::new(None);
 
 /// The address of another process's buffer in this process (opening its allocation once).
 pub fn open(pid: u32, e: &Export) -> Result<*mut u8> {
-    let handle = match e.handle {
-        Handle::Legacy(h) => h,
+    let (handle, size) = match e.handle {
+        Handle::Legacy { handle, size } => (handle, size),
         Handle::Vmm { fd, serial, size } => {
             return super::vmm::import(pid, &super::vmm::Shareable { fd, serial, size, offset: e.offset })
         }
     };
+    let owner_start = e.addr.wrapping_sub(e.offset);
+    let owner_end = owner_start.saturating_add(size);
     let mut opened = OPENED.lock().unwrap_or_else(|p| p.into_inner());
     let map = opened.get_or_insert_with(HashMap::new);
     let base = match map.get(&(pid, handle)) {
-        Some(&b) => b,
+        Some(o) => o.here,
         None => {
+            // Two live allocations of one process never overlap: a mapping whose range in the
+            // owner overlaps this new one's is of memory the owner has freed (and reused). The
+            // driver refuses to open the new one while it stays (CUDA_ERROR_ALREADY_MAPPED), and
+            // it pins the freed memory. No queued work still reads it: the owner's free waited
+            // for its streams, which wait for every operation's readers (the flags of one_gpu).
+            let stale: Vec<(u32, [u8; 64])> = map
+                .iter()
+                .filter(|(k, o)| k.0 == pid && o.owner_start < owner_end && owner_start < o.owner_end)
+                .map(|(k, _)| *k)
+                .collect();
+            for k in stale {
+                let o = map.remove(&k).expect("listed above");
+                // SAFETY: `here` came from cuIpcOpenMemHandle and is closed once (removed above);
+                // nothing uses it any more (see above).
+                let res = unsafe { sys::cuIpcCloseMemHandle(o.here) };
+                log::info!(target: "P2P", "P2P/IPC: closed a mapping of pid {pid} whose memory it freed ({res:?})");
+            }
             let handle_bytes = handle;
             let mut handle = sys::CUipcMemHandle { reserved: [0; 64] };
             for (c, b) in handle.reserved.iter_mut().zip(handle_bytes.iter()) {
@@ -136,7 +171,7 @@ pub fn open(pid: u32, e: &Export) -> Result<*mut u8> {
             // SAFETY: the handle came from a peer's cuIpcGetMemHandle; the driver validates it.
             check(unsafe { sys::cuIpcOpenMemHandle_v2(&mut base, handle, flags) }, "cuIpcOpenMemHandle")?;
             log::info!(target: "P2P", "P2P/IPC: mapped a device allocation of pid {pid}");
-            map.insert((pid, handle_bytes), base);
+            map.insert((pid, handle_bytes), Opened { here: base, owner_start, owner_end });
             base
         }
     };
@@ -149,7 +184,9 @@ mod tests {
 
     #[test]
     fn export_codec_round_trip_and_rejects_wrong_lengths_and_kinds() {
-        for handle in [Handle::Legacy([7; 64]), Handle::Vmm { fd: 42, serial: 9, size: 2 << 20 }] {
+        for handle in
+            [Handle::Legacy { handle: [7; 64], size: 3 << 20 }, Handle::Vmm { fd: 42, serial: 9, size: 2 << 20 }]
+        {
             let e = Export { handle, offset: 4096, addr: 0x7f00_0000_1000 };
             let mut b = [0u8; EXPORT_BYTES];
             e.encode(&mut b);

@@ -393,10 +393,20 @@ fn gpu_processes(n: usize, extra_env: &[(&str, &str)]) {
             cmd.spawn().unwrap()
         })
         .collect();
-    for (rank, c) in children.into_iter().enumerate() {
-        let out = c.wait_with_output().unwrap();
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success() && text.contains(&format!("GPU CHILD {rank} OK")), "rank {rank}:\n{text}");
+    // Every rank's output on a failure: the first rank to fail is often not the one reported.
+    let results: Vec<(bool, String)> = children
+        .into_iter()
+        .enumerate()
+        .map(|(rank, c)| {
+            let out = c.wait_with_output().unwrap();
+            let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            (out.status.success() && text.contains(&format!("GPU CHILD {rank} OK")), text)
+        })
+        .collect();
+    if !results.iter().all(|(ok, _)| *ok) {
+        let all: Vec<String> =
+            results.iter().enumerate().map(|(r, (ok, t))| format!("rank {r} (ok: {ok}):\n{t}")).collect();
+        panic!("{}", all.join("\n"));
     }
 }
 
