@@ -10,6 +10,7 @@
 //! Sits above `comm` (it runs on a communicator's connections); nothing below uses it.
 
 pub mod algo;
+mod device_p2p;
 pub mod exec;
 mod fast;
 pub mod local_order;
@@ -40,6 +41,8 @@ pub(crate) struct LayerState {
     /// The one-GPU path's flag page, once a device operation used it.
     pub gpu: Option<Arc<one_gpu::CommGpu>>,
     pub gpu_logged: bool,
+    /// The device point-to-point path's inbox and peer pages, once a send or receive used it.
+    pub p2p: Option<Arc<device_p2p::P2pState>>,
     /// The staged path's submission order among ranks of this process, once decided.
     pub staged_order: Option<Option<Arc<local_order::LocalOrder>>>,
 }
@@ -377,12 +380,15 @@ pub(crate) fn signature(req: &OpRequest) -> OpSig {
         CollOp::AlltoAll => (6, 0),
         CollOp::Gather { root } => (7, root),
         CollOp::Scatter { root } => (8, root),
-        // A send matches a receive of as many bytes, whatever type each side names.
-        CollOp::Send { .. } | CollOp::Recv { .. } => {
-            return OpSig::new(crate::wire::sig::KIND_P2P, 0, 0, 0, req.count.wrapping_mul(req.dtype.size()))
-        }
+        // A send matches a receive of as many bytes, whatever type each side names. Device
+        // buffers on one side and host buffers on the other take different paths (the device
+        // side may exchange buffer descriptions instead of data): told apart below.
+        CollOp::Send { .. } | CollOp::Recv { .. } => (crate::wire::sig::KIND_P2P, 0),
     };
-    let sig = OpSig::new(kind, dtype, op, root, req.count);
+    let sig = match req.op {
+        CollOp::Send { .. } | CollOp::Recv { .. } => OpSig::new(kind, 0, 0, 0, req.count.wrapping_mul(req.dtype.size())),
+        _ => OpSig::new(kind, dtype, op, root, req.count),
+    };
     if req.device_call {
         sig.on_device()
     } else {

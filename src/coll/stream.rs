@@ -320,6 +320,17 @@ fn wait_ready(shared: &Shared, job: &Job) -> Result<()> {
 /// Device-buffer operations of one group (or one call), in call order. Returns once they are
 /// queued on their streams; host-buffer operations in the same group make it wait for all.
 pub fn submit(ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<()> {
+    // Sends and receives between GPUs that reach each other go first, on every rank alike.
+    let (direct, ops) = super::device_p2p::split(ops)?;
+    if let Some((comm, _)) = direct.first() {
+        drain_current_thread();
+        let comm = comm.clone();
+        let reqs: Vec<OpRequest> = direct.into_iter().map(|(_, r)| r).collect();
+        super::device_p2p::submit(&comm, &reqs)?;
+    }
+    if ops.is_empty() {
+        return Ok(());
+    }
     let has_host = ops.iter().any(|(_, r)| !r.mem.is_device());
     if !has_host && ops.iter().all(|(c, r)| single_rank_applies(c, r)) {
         for (_, req) in &ops {

@@ -372,6 +372,7 @@ fn gpu_child_rank() {
         large_staged_collectives(rank, n, comm);
     }
     mem_alloc_collectives(rank, n, comm);
+    device_p2p(rank, n, comm);
     check(ncclCommDestroy(comm), "destroy");
     println!("GPU CHILD {rank} OK");
 }
@@ -469,6 +470,68 @@ fn gpu_processes_staged() {
     gpu_processes(2, &[("NCCL_P2P_DISABLE", "1")]);
     // Over sockets: the executor's steps wait for the input pieces they read.
     gpu_processes(3, &[("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1")]);
+}
+
+/// Sends and receives of processes (directly between their device buffers unless
+/// NCCL_P2P_DISABLE is set): two messages of different sizes to one peer in a group with an
+/// all-reduce; messages queued back to back with the input rewritten on the stream in between;
+/// empty messages; and, last, a send and receive of different sizes, refused on both sides.
+fn device_p2p(rank: usize, n: usize, comm: ncclComm_t) {
+    assert!(gpu_context());
+    let stream = new_stream();
+    let raw = stream as sys::CUstream;
+    let (to, from) = ((rank + 1) % n, (rank + n - 1) % n);
+    let values = |r: usize, c: usize, sign: f32| -> Vec<f32> { (0..c).map(|i| sign * (r * 100_000 + i) as f32).collect() };
+    let (c1, c2) = (4099, 17);
+    let (a, b) = (DevBuf::from(&values(rank, c1, 1.0)), DevBuf::from(&values(rank, c2, -1.0)));
+    let (got_a, got_b) = (DevBuf::new(c1), DevBuf::new(c2));
+    let (ar_in, ar_out) = (DevBuf::from(&vec![rank as f32; 64]), DevBuf::new(64));
+    check(ncclGroupStart(), "group start");
+    check(ncclRecv(got_a.p(), c1, F32, from as i32, comm, stream), "recv a");
+    check(ncclSend(a.p(), c1, F32, to as i32, comm, stream), "send a");
+    check(ncclAllReduce(ar_in.p(), ar_out.p(), 64, F32, ncclRedOp_t(0), comm, stream), "allreduce in the group");
+    check(ncclSend(b.p(), c2, F32, to as i32, comm, stream), "send b");
+    check(ncclRecv(got_b.p(), c2, F32, from as i32, comm, stream), "recv b");
+    check(ncclGroupEnd(), "group end");
+    sync(stream);
+    assert_eq!(got_a.download(), values(from, c1, 1.0), "first message");
+    assert_eq!(got_b.download(), values(from, c2, -1.0), "second message");
+    let sum: f32 = (0..n).map(|r| r as f32).sum();
+    assert_eq!(ar_out.download(), vec![sum; 64], "all-reduce grouped with sends and receives");
+
+    let input = DevBuf::new(c1);
+    let outs: Vec<DevBuf> = (0..4).map(|_| DevBuf::new(c1)).collect();
+    for (k, out) in outs.iter().enumerate() {
+        let value = (rank * 10 + k) as f32;
+        // SAFETY: input holds c1 floats; the stream is live.
+        cu(unsafe { sys::cuMemsetD32Async(input.ptr, value.to_bits(), c1, raw) }, "memset input");
+        check(ncclGroupStart(), "group start");
+        check(ncclSend(input.p(), c1, F32, to as i32, comm, stream), "send");
+        check(ncclRecv(out.p(), c1, F32, from as i32, comm, stream), "recv");
+        check(ncclGroupEnd(), "group end");
+    }
+    sync(stream);
+    for (k, out) in outs.iter().enumerate() {
+        assert_eq!(out.download(), vec![(from * 10 + k) as f32; c1], "message {k} of the back-to-back ones");
+    }
+
+    check(ncclGroupStart(), "group start");
+    check(ncclSend(a.p(), 0, F32, to as i32, comm, stream), "empty send");
+    check(ncclRecv(got_a.p(), 0, F32, from as i32, comm, stream), "empty recv");
+    check(ncclGroupEnd(), "group end");
+    sync(stream);
+    assert_eq!(got_a.download(), values(from, c1, 1.0), "an empty message leaves the buffer alone");
+
+    if std::env::var_os("NCCL_P2P_DISABLE").is_some() {
+        return;
+    }
+    ncclGroupStart();
+    ncclSend(a.p(), c1, F32, to as i32, comm, stream);
+    ncclRecv(got_a.p(), c1 - 1, F32, from as i32, comm, stream);
+    let r = ncclGroupEnd();
+    assert_eq!(r, ncclResult_t::ncclInvalidUsage, "a send matched with a smaller receive");
+    sync(stream);
+    assert_eq!(got_a.download(), values(from, c1, 1.0), "a refused message leaves the buffer alone");
 }
 
 /// PreMulSum with a device-resident scalar, written on the stream just before each call: the

@@ -1,0 +1,431 @@
+//! Point-to-point between device buffers of ranks whose GPUs reach each other (the same GPU,
+//! or peer access over NVLink or PCIe), each rank its own process: the sender's stream copies
+//! straight into the receiver's buffer through CUDA IPC, instead of staging both ends through
+//! host memory and a socket or shared-memory link.
+//!
+//! The streams are ordered by two flags per pair in the receiver's inbox, a host page each
+//! rank makes on its first such call and its senders map and register with CUDA:
+//!
+//! ```text
+//! receiver stream:  ready[s] = k                                        wait delivered[s] >= k
+//! sender stream:                wait ready[s] >= k   copy   delivered[s] = k
+//! ```
+//!
+//! where k counts the pair's messages in that direction (the same on both sides: NCCL matches
+//! a pair's sends and receives in call order). Before queuing, each pair of ranks exchanges
+//! one host message per direction per group: the process id, its inbox page, and for every
+//! send and receive of the group between the two, the buffer's export and byte count. Each
+//! side checks the other's counts, so a mismatch fails on both sides instead of overrunning a
+//! buffer. Every rank queues its pairs' flag writes first, then its sends, then its waits, so
+//! two ranks sending to each other never wait on each other.
+//!
+//! Which pairs take this path depends only on what both ranks of the pair agree on (their
+//! GPUs and what each reaches, their processes, the operation kind, NCCL_P2P_DISABLE), so the
+//! two always choose alike; the rest of a group keeps its path.
+
+use std::collections::HashMap;
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex};
+
+use super::{CollOp, OpRequest};
+use crate::comm::Comm;
+use crate::cuda::ipc;
+use crate::cuda::memory::{MemKind, Registered};
+use crate::cuda::stream::{Event, FlagOp, Stream};
+use crate::error::{Error, Result};
+use crate::transport::peer_mem::{self, PeerMaps, SharedRef};
+
+/// Bytes of a source's line in an inbox: ready, then delivered (u32 each).
+const LINE_BYTES: usize = 8;
+/// The exchange header: pid (4), status (1: this rank could not describe its buffers), 3
+/// zero bytes, then the inbox page: fd (i32, 4 zero bytes), serial, size.
+const HEADER_BYTES: usize = 32;
+/// One buffer in the exchange: its export, then its byte count.
+const ENTRY_BYTES: usize = ipc::EXPORT_BYTES + 8;
+
+/// A group's operations, with their communicators.
+type Ops = Vec<(Arc<Comm>, OpRequest)>;
+
+/// Whether the pair (this rank, `peer`) of `comm` moves device buffers directly: another
+/// process, GPUs that reach each other both ways, and NCCL_P2P_DISABLE unset.
+fn pair_applies(comm: &Comm, peer: usize) -> bool {
+    let (me, them) = (&comm.peers[comm.rank], &comm.peers[peer]);
+    peer != comm.rank
+        && comm.node_area
+        && me.pid != them.pid
+        && me.gpu.bus != 0
+        && them.gpu.bus != 0
+        && me.gpu.reach.contains(&them.gpu.bus)
+        && them.gpu.reach.contains(&me.gpu.bus)
+        && !crate::env::get_bool("NCCL_P2P_DISABLE")
+}
+
+/// Splits a group's operations into those this path takes (device-buffer sends and receives
+/// of pairs that qualify, on one communicator and stream, outside graph capture) and the rest,
+/// call order kept in each.
+pub fn split(ops: Ops) -> Result<(Ops, Ops)> {
+    let Some((first, first_req)) = ops.first() else { return Ok((Vec::new(), ops)) };
+    let (first, stream) = (first.clone(), first_req.stream);
+    let candidate = |c: &Arc<Comm>, r: &OpRequest| {
+        Arc::ptr_eq(c, &first)
+            && r.mem.is_device()
+            && r.stream == stream
+            && matches!(r.op, CollOp::Send { peer } | CollOp::Recv { peer } if pair_applies(c, peer))
+    };
+    if !ops.iter().any(|(c, r)| candidate(c, r)) {
+        return Ok((Vec::new(), ops));
+    }
+    // A captured copy would replay with the sequence numbers of its capture: the staged path
+    // refuses capture with a clear error instead.
+    if stream.is_capturing()? {
+        return Ok((Vec::new(), ops));
+    }
+    Ok(ops.into_iter().partition(|(c, r)| candidate(c, r)))
+}
+
+/// One rank's inbox: a shared host page, registered with CUDA.
+struct Inbox {
+    /// Dropped (unregistered) before `memory` is unmapped: declared first.
+    registration: Registered,
+    memory: *mut u8,
+    shared: SharedRef,
+}
+
+impl Drop for Inbox {
+    fn drop(&mut self) {
+        peer_mem::free_shared(self.memory);
+    }
+}
+
+/// A receiver's inbox, mapped into this process and registered.
+struct PeerInbox {
+    registration: Registered,
+    #[allow(dead_code)] // the mapping, unmapped when dropped (after the registration)
+    maps: PeerMaps,
+    /// Which of the peer's pages this is (a rank's inbox never changes; checked all the same).
+    serial: u64,
+}
+
+/// This rank's state for the path, per communicator, made on its first use.
+pub struct P2pState {
+    inner: ManuallyDrop<Inner>,
+}
+
+struct Inner {
+    inbox: Inbox,
+    peers: Mutex<HashMap<usize, PeerInbox>>,
+    /// Messages queued to each rank, and from each rank.
+    sent: Mutex<Vec<u32>>,
+    received: Mutex<Vec<u32>>,
+    /// Recorded after the last group: at destroy, whether streams are through with the pages.
+    last: Mutex<Option<Event>>,
+}
+
+// SAFETY: the pages are shared memory that streams and peers access through flag operations;
+// the rest is owned and behind mutexes.
+unsafe impl Send for P2pState {}
+// SAFETY: as above.
+unsafe impl Sync for P2pState {}
+
+impl Drop for P2pState {
+    fn drop(&mut self) {
+        let through = self.inner.last.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_none_or(|e| e.is_complete());
+        if through {
+            // SAFETY: dropped once, here.
+            unsafe { ManuallyDrop::drop(&mut self.inner) };
+        }
+        // Otherwise a stream may still wait on a page: keep them (a page each) rather than
+        // unregister memory a stream polls.
+    }
+}
+
+impl P2pState {
+    fn new(nranks: usize) -> Result<P2pState> {
+        let len = (nranks * LINE_BYTES).next_multiple_of(4096);
+        let memory = peer_mem::alloc_shared(len)?;
+        let made = (|| {
+            let shared = peer_mem::locate(memory as usize, len).ok_or_else(|| Error::internal("inbox page not located"))?;
+            // SAFETY: the page is mapped until Inbox::drop, after the registration is dropped.
+            let registration = unsafe { Registered::new(memory, len)? };
+            Ok::<_, Error>((shared, registration))
+        })();
+        let (shared, registration) = match made {
+            Ok(v) => v,
+            Err(e) => {
+                peer_mem::free_shared(memory);
+                return Err(e);
+            }
+        };
+        Ok(P2pState {
+            inner: ManuallyDrop::new(Inner {
+                inbox: Inbox { registration, memory, shared },
+                peers: Mutex::new(HashMap::new()),
+                sent: Mutex::new(vec![0; nranks]),
+                received: Mutex::new(vec![0; nranks]),
+                last: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// The GPU address of source `s`'s ready (0) or delivered (1) word in this rank's inbox.
+    fn own_flag(&self, s: usize, word: usize) -> u64 {
+        self.inner.inbox.registration.device_ptr() + (s * LINE_BYTES + 4 * word) as u64
+    }
+
+    /// The GPU address of this rank's ready (0) or delivered (1) word in `peer`'s inbox,
+    /// mapping it on first use.
+    fn peer_flag(&self, me: usize, peer: usize, pid: u32, page: &SharedRef, word: usize) -> Result<u64> {
+        let mut peers = self.inner.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if peers.get(&peer).is_some_and(|p| p.serial != page.serial) {
+            return Err(Error::internal(format!("rank {peer}'s point-to-point inbox changed")));
+        }
+        if let std::collections::hash_map::Entry::Vacant(slot) = peers.entry(peer) {
+            let mut maps = PeerMaps::default();
+            let base = maps.resolve(pid, page).ok_or_else(|| {
+                Error::invalid_usage(format!(
+                    "cannot map rank {peer}'s point-to-point page (pid {pid}; see the SHM log line)"
+                ))
+            })?;
+            // SAFETY: `maps` keeps the mapping for as long as the PeerInbox, which drops the
+            // registration first (field order).
+            let registration = unsafe { Registered::new(base, page.size as usize)? };
+            slot.insert(PeerInbox { registration, maps, serial: page.serial });
+        }
+        let inbox = &peers[&peer];
+        if (me + 1) * LINE_BYTES > page.size as usize {
+            return Err(Error::remote(format!("rank {peer}'s point-to-point page is too small")));
+        }
+        Ok(inbox.registration.device_ptr() + (me * LINE_BYTES + 4 * word) as u64)
+    }
+}
+
+fn state(comm: &Arc<Comm>) -> Result<Arc<P2pState>> {
+    if let Some(s) = comm.with_layer_state(|s: &mut super::LayerState| s.p2p.clone()) {
+        return Ok(s);
+    }
+    let s = Arc::new(P2pState::new(comm.nranks)?);
+    comm.with_layer_state(|st: &mut super::LayerState| st.p2p = Some(s.clone()));
+    Ok(s)
+}
+
+/// The peer of a send or receive.
+fn peer_of(req: &OpRequest) -> usize {
+    match req.op {
+        CollOp::Send { peer } | CollOp::Recv { peer } => peer,
+        _ => usize::MAX,
+    }
+}
+
+/// Queues a group's sends and receives that [`split`] chose, all on one communicator and stream.
+pub fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<()> {
+    let stream = reqs[0].stream;
+    let st = state(comm)?;
+    let mut peers: Vec<usize> = reqs.iter().map(peer_of).collect();
+    peers.sort_unstable();
+    peers.dedup();
+    let messages = exchange(comm, &st, reqs, &peers)?;
+    let result = queue(comm, &st, reqs, &peers, &messages, stream);
+    let mut last = st.inner.last.lock().unwrap_or_else(|p| p.into_inner());
+    if last.is_none() {
+        *last = Some(Event::create()?);
+    }
+    last.as_ref().expect("set above").record(stream)?;
+    result
+}
+
+/// This rank's message to `peer`: its sends to the peer, then its receives from it.
+fn entries_for(reqs: &[OpRequest], peer: usize) -> impl Iterator<Item = &OpRequest> {
+    let sends = reqs.iter().filter(move |r| r.op == CollOp::Send { peer });
+    let recvs = reqs.iter().filter(move |r| r.op == CollOp::Recv { peer });
+    sends.chain(recvs)
+}
+
+/// Sends every peer of the group this rank's message and receives theirs (host point-to-point,
+/// one group). Returns the peers' messages, in `peers` order.
+fn exchange(comm: &Arc<Comm>, st: &P2pState, reqs: &[OpRequest], peers: &[usize]) -> Result<Vec<Vec<u8>>> {
+    let mut mine = Vec::with_capacity(peers.len());
+    let mut theirs = Vec::with_capacity(peers.len());
+    for &p in peers {
+        let mut m = vec![0u8; HEADER_BYTES];
+        m[..4].copy_from_slice(&std::process::id().to_le_bytes());
+        let page = &st.inner.inbox.shared;
+        m[8..12].copy_from_slice(&page.fd.to_le_bytes());
+        m[16..24].copy_from_slice(&page.serial.to_le_bytes());
+        m[24..32].copy_from_slice(&page.size.to_le_bytes());
+        for req in entries_for(reqs, p) {
+            let mut e = [0u8; ENTRY_BYTES];
+            let bytes = req.count * req.dtype.size();
+            let buf = if matches!(req.op, CollOp::Send { .. }) { req.send } else { req.recv as *const u8 };
+            if bytes > 0 {
+                match ipc::export(buf) {
+                    Ok(x) => x.encode(&mut e[..ipc::EXPORT_BYTES]),
+                    Err(err) => {
+                        log::warn!(target: "P2P", "device send/receive with rank {p}: {err}");
+                        m[4] = 1;
+                    }
+                }
+            }
+            e[ipc::EXPORT_BYTES..].copy_from_slice(&(bytes as u64).to_le_bytes());
+            m.extend_from_slice(&e);
+        }
+        // The peer's message lists the peer's sends to this rank (this rank's receives from
+        // it) and its receives from this rank (this rank's sends to it).
+        let expect = reqs.iter().filter(|r| peer_of(r) == p).count();
+        theirs.push(vec![0u8; HEADER_BYTES + expect * ENTRY_BYTES]);
+        mine.push(m);
+    }
+    let host = |op: CollOp, send: *const u8, recv: *mut u8, count: usize| OpRequest {
+        op,
+        send,
+        recv,
+        count,
+        dtype: crate::types::DataType::Uint8,
+        reduction: None,
+        mem: MemKind::Host,
+        stream: Stream(0),
+        pre_device: None,
+        // A device call's exchange: a peer that passed host buffers to its matching call is
+        // told so by the signature instead of being matched against these bytes.
+        device_call: true,
+    };
+    let mut host_reqs = Vec::with_capacity(2 * peers.len());
+    for ((&p, m), t) in peers.iter().zip(&mine).zip(theirs.iter_mut()) {
+        host_reqs.push(host(CollOp::Send { peer: p }, m.as_ptr(), std::ptr::null_mut(), m.len()));
+        host_reqs.push(host(CollOp::Recv { peer: p }, std::ptr::null(), t.as_mut_ptr(), t.len()));
+    }
+    super::run(&[(comm.clone(), host_reqs)])?;
+    Ok(theirs)
+}
+
+/// Reads entry `i` of a peer's message: the export (if the buffer is not empty) and bytes.
+fn entry(msg: &[u8], i: usize) -> Result<(Option<ipc::Export>, usize)> {
+    let e = &msg[HEADER_BYTES + i * ENTRY_BYTES..][..ENTRY_BYTES];
+    let bytes = u64::from_le_bytes(e[ipc::EXPORT_BYTES..].try_into().expect("8 bytes")) as usize;
+    if bytes == 0 {
+        return Ok((None, 0));
+    }
+    let x = ipc::Export::decode(&e[..ipc::EXPORT_BYTES]).ok_or_else(|| Error::remote("bad buffer export from a peer"))?;
+    Ok((Some(x), bytes))
+}
+
+/// Queues the flag writes, the copies and the waits on the stream. A failure still writes and
+/// waits the flags a peer's stream waits on, so that no stream waits for ever.
+fn queue(
+    comm: &Arc<Comm>,
+    st: &P2pState,
+    reqs: &[OpRequest],
+    peers: &[usize],
+    messages: &[Vec<u8>],
+    stream: Stream,
+) -> Result<()> {
+    let me = comm.rank;
+    let mut first_error: Option<Error> = None;
+    let mut note = |e: Error| {
+        log::warn!(target: "P2P", "device send/receive: {e}");
+        first_error.get_or_insert(e);
+    };
+    // Sequence numbers of this group's messages, per request.
+    let mut seq = vec![0u32; reqs.len()];
+    {
+        let mut sent = st.inner.sent.lock().unwrap_or_else(|p| p.into_inner());
+        let mut received = st.inner.received.lock().unwrap_or_else(|p| p.into_inner());
+        for (i, r) in reqs.iter().enumerate() {
+            let counter = match r.op {
+                CollOp::Send { peer } => &mut sent[peer],
+                _ => &mut received[peer_of(r)],
+            };
+            *counter = counter.wrapping_add(1);
+            seq[i] = *counter;
+        }
+    }
+    let msg_of = |p: usize| &messages[peers.binary_search(&p).expect("a peer of the group")];
+    // The index of request i among this rank's requests to the same peer in its message
+    // (sends first, then receives), and so of its match in the peer's message: the peer lists
+    // its receives from this rank after its sends to it, in call order as well.
+    let position = |i: usize| -> usize {
+        let r = &reqs[i];
+        let p = peer_of(r);
+        let same_kind = reqs[..i].iter().filter(|q| q.op == r.op).count();
+        match r.op {
+            // A send's match is the peer's receive: after the peer's sends to this rank.
+            CollOp::Send { .. } => reqs.iter().filter(|q| q.op == CollOp::Recv { peer: p }).count() + same_kind,
+            _ => same_kind,
+        }
+    };
+    // 1. Receives: this rank's buffer may be written from now on.
+    let ready: Vec<FlagOp> = reqs
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| matches!(r.op, CollOp::Recv { .. }))
+        .map(|(i, r)| FlagOp::Write(st.own_flag(peer_of(r), 0), seq[i]))
+        .collect();
+    stream.flag_ops(&ready, false)?;
+    // 2. Sends: wait for the receiver, copy into its buffer, tell it.
+    for (i, r) in reqs.iter().enumerate() {
+        let CollOp::Send { peer } = r.op else { continue };
+        let msg = msg_of(peer);
+        let pid = u32::from_le_bytes(msg[..4].try_into().expect("4 bytes"));
+        let page = SharedRef {
+            fd: i32::from_le_bytes(msg[8..12].try_into().expect("4 bytes")),
+            serial: u64::from_le_bytes(msg[16..24].try_into().expect("8 bytes")),
+            size: u64::from_le_bytes(msg[24..32].try_into().expect("8 bytes")),
+            offset: 0,
+        };
+        let flags = st.peer_flag(me, peer, pid, &page, 0).and_then(|ready| Ok((ready, st.peer_flag(me, peer, pid, &page, 1)?)));
+        let (their_ready, their_delivered) = match flags {
+            Ok(f) => f,
+            Err(e) => {
+                // Without the peer's page neither side's flags can be reached: fail here; the
+                // peer's stream is released by its abort or destroy.
+                note(e);
+                continue;
+            }
+        };
+        stream.flag_ops(&[FlagOp::WaitGeq(their_ready, seq[i])], false)?;
+        let bytes = r.count * r.dtype.size();
+        let copied = (|| -> Result<()> {
+            if msg[4] != 0 {
+                return Err(Error::remote(format!("rank {peer} could not export its receive buffer (see its log)")));
+            }
+            let (export, their_bytes) = entry(msg, position(i))?;
+            if their_bytes != bytes {
+                return Err(Error::invalid_usage(format!(
+                    "ncclSend of {bytes} bytes to rank {peer} matched a receive of {their_bytes} bytes"
+                )));
+            }
+            let Some(export) = export else { return Ok(()) };
+            let dst = if pid == std::process::id() { export.addr as *mut u8 } else { ipc::open(pid, &export)? };
+            // SAFETY: dst is the receiver's live buffer of `bytes` bytes (exported for this
+            // call, which it keeps until its stream passes the delivered flag below); the
+            // source is this rank's send buffer of as many bytes (NCCL's rules).
+            unsafe { stream.copy(dst, r.send, bytes) }
+        })();
+        if let Err(e) = copied {
+            note(e);
+        }
+        stream.flag_ops(&[FlagOp::Write(their_delivered, seq[i])], false)?;
+    }
+    // 3. Receives: wait for the senders' copies. A receive whose sender described a different
+    // size is an error here too (the sender copied nothing).
+    let mut waits = Vec::new();
+    for (i, r) in reqs.iter().enumerate() {
+        let CollOp::Recv { peer } = r.op else { continue };
+        let msg = msg_of(peer);
+        let bytes = r.count * r.dtype.size();
+        match entry(msg, position(i)) {
+            Ok((_, their_bytes)) if their_bytes != bytes => note(Error::invalid_usage(format!(
+                "ncclRecv of {bytes} bytes from rank {peer} matched a send of {their_bytes} bytes"
+            ))),
+            Ok(_) if msg[4] != 0 => note(Error::remote(format!("rank {peer} could not export its send buffer"))),
+            Ok(_) => {}
+            Err(e) => note(e),
+        }
+        waits.push(FlagOp::WaitGeq(st.own_flag(peer, 1), seq[i]));
+    }
+    stream.flag_ops(&waits, false)?;
+    if let Some(e) = first_error {
+        comm.set_async_error(&e);
+        return Err(e);
+    }
+    Ok(())
+}
