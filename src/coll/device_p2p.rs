@@ -4,7 +4,9 @@
 //! host memory and a socket or shared-memory link.
 //!
 //! The streams are ordered by two flags per pair in the receiver's inbox, a host page each
-//! rank makes on its first such call and its senders map and register with CUDA:
+//! rank makes on its first such call and its senders map and register with CUDA. The sender
+//! copies (pushes) between GPUs; on one GPU the lower rank of the pair copies, pulling when it
+//! is the receiver ([`sender_copies`]):
 //!
 //! ```text
 //! receiver stream:  ready[s] = k                                        wait delivered[s] >= k
@@ -223,8 +225,8 @@ pub fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<()> {
     let mut peers: Vec<usize> = reqs.iter().map(peer_of).collect();
     peers.sort_unstable();
     peers.dedup();
-    let messages = exchange(comm, &st, reqs, &peers)?;
-    let result = queue(comm, &st, reqs, &peers, &messages, stream);
+    let (messages, unexported) = exchange(comm, &st, reqs, &peers)?;
+    let result = queue(comm, &st, reqs, &peers, &messages, stream, unexported);
     let mut last = st.inner.last.lock().unwrap_or_else(|p| p.into_inner());
     if last.is_none() {
         *last = Some(Event::create()?);
@@ -241,8 +243,15 @@ fn entries_for(reqs: &[OpRequest], peer: usize) -> impl Iterator<Item = &OpReque
 }
 
 /// Sends every peer of the group this rank's message and receives theirs (host point-to-point,
-/// one group). Returns the peers' messages, in `peers` order.
-fn exchange(comm: &Arc<Comm>, st: &P2pState, reqs: &[OpRequest], peers: &[usize]) -> Result<Vec<Vec<u8>>> {
+/// one group). Returns the peers' messages, in `peers` order, and this rank's failure to export
+/// a buffer, if any (the exchange goes on, telling the peers).
+fn exchange(
+    comm: &Arc<Comm>,
+    st: &P2pState,
+    reqs: &[OpRequest],
+    peers: &[usize],
+) -> Result<(Vec<Vec<u8>>, Option<Error>)> {
+    let mut unexported = None;
     let mut mine = Vec::with_capacity(peers.len());
     let mut theirs = Vec::with_capacity(peers.len());
     for &p in peers {
@@ -260,8 +269,8 @@ fn exchange(comm: &Arc<Comm>, st: &P2pState, reqs: &[OpRequest], peers: &[usize]
                 match ipc::export(buf) {
                     Ok(x) => x.encode(&mut e[..ipc::EXPORT_BYTES]),
                     Err(err) => {
-                        log::warn!(target: "P2P", "device send/receive with rank {p}: {err}");
                         m[4] = 1;
+                        unexported.get_or_insert(err);
                     }
                 }
             }
@@ -294,7 +303,7 @@ fn exchange(comm: &Arc<Comm>, st: &P2pState, reqs: &[OpRequest], peers: &[usize]
         host_reqs.push(host(CollOp::Recv { peer: p }, std::ptr::null(), t.as_mut_ptr(), t.len()));
     }
     super::run(&[(comm.clone(), host_reqs)])?;
-    Ok(theirs)
+    Ok((theirs, unexported))
 }
 
 /// Reads entry `i` of a peer's message: the export (if the buffer is not empty) and bytes.
@@ -308,8 +317,33 @@ fn entry(msg: &[u8], i: usize) -> Result<(Option<ipc::Export>, usize)> {
     Ok((Some(x), bytes))
 }
 
-/// Queues the flag writes, the copies and the waits on the stream. A failure still writes and
-/// waits the flags a peer's stream waits on, so that no stream waits for ever.
+/// Which rank of a pair copies: ranks on different GPUs push (the sender writes across the
+/// link, as posted writes are what NVLink and PCIe do best); ranks sharing a GPU leave both
+/// directions to the lower rank, so that with two processes only one context has copies to
+/// run: processes that share a GPU without MPS take turns on it, and a second context with
+/// work queued costs a time slice (measured: 290 us per 8-byte send and receive when both
+/// ranks copied).
+fn sender_copies(comm: &Comm, sender: usize, receiver: usize) -> bool {
+    comm.peers[sender].gpu.bus != comm.peers[receiver].gpu.bus || sender < receiver
+}
+
+/// What one send or receive of this rank does on its stream.
+struct Step {
+    /// Index of the request.
+    i: usize,
+    peer: usize,
+    /// This rank runs the copy (push for a send, pull for a receive).
+    copies: bool,
+    /// The pair's line: `first` is the word the copier waits on (written by the other rank
+    /// first), `second` the word the copier writes after the copy (the other rank waits on it).
+    first: u64,
+    second: u64,
+}
+
+/// Queues the flag writes, the copies and the waits on the stream. The line of a pair (s -> d)
+/// lives in d's inbox; with a push, d writes "buffer ready" and s "delivered"; with a pull, s
+/// writes "buffer ready" and d "consumed". A failure still writes and waits the flags a peer's
+/// stream waits on, so that no stream waits for ever.
 fn queue(
     comm: &Arc<Comm>,
     st: &P2pState,
@@ -317,6 +351,7 @@ fn queue(
     peers: &[usize],
     messages: &[Vec<u8>],
     stream: Stream,
+    unexported: Option<Error>,
 ) -> Result<()> {
     let me = comm.rank;
     let mut first_error: Option<Error> = None;
@@ -324,6 +359,9 @@ fn queue(
         log::warn!(target: "P2P", "device send/receive: {e}");
         first_error.get_or_insert(e);
     };
+    if let Some(e) = unexported {
+        note(e);
+    }
     // Sequence numbers of this group's messages, per request.
     let mut seq = vec![0u32; reqs.len()];
     {
@@ -339,88 +377,68 @@ fn queue(
         }
     }
     let msg_of = |p: usize| &messages[peers.binary_search(&p).expect("a peer of the group")];
-    // The index of request i among this rank's requests to the same peer in its message
-    // (sends first, then receives), and so of its match in the peer's message: the peer lists
-    // its receives from this rank after its sends to it, in call order as well.
+    // The index of request i's match in the peer's message: the peer lists its sends to this
+    // rank, then its receives from it, each in call order.
     let position = |i: usize| -> usize {
         let r = &reqs[i];
         let p = peer_of(r);
         let same_kind = reqs[..i].iter().filter(|q| q.op == r.op).count();
         match r.op {
-            // A send's match is the peer's receive: after the peer's sends to this rank.
             CollOp::Send { .. } => reqs.iter().filter(|q| q.op == CollOp::Recv { peer: p }).count() + same_kind,
             _ => same_kind,
         }
     };
-    // 1. Receives: this rank's buffer may be written from now on.
-    let ready: Vec<FlagOp> = reqs
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| matches!(r.op, CollOp::Recv { .. }))
-        .map(|(i, r)| FlagOp::Write(st.own_flag(peer_of(r), 0), seq[i]))
-        .collect();
-    stream.flag_ops(&ready, false)?;
-    // 2. Sends: wait for the receiver, copy into its buffer, tell it.
+    // The pairs' lines, mapping peers' inboxes where this rank's sends' lines live.
+    let mut steps = Vec::with_capacity(reqs.len());
     for (i, r) in reqs.iter().enumerate() {
-        let CollOp::Send { peer } = r.op else { continue };
-        let msg = msg_of(peer);
-        let pid = u32::from_le_bytes(msg[..4].try_into().expect("4 bytes"));
-        let page = SharedRef {
-            fd: i32::from_le_bytes(msg[8..12].try_into().expect("4 bytes")),
-            serial: u64::from_le_bytes(msg[16..24].try_into().expect("8 bytes")),
-            size: u64::from_le_bytes(msg[24..32].try_into().expect("8 bytes")),
-            offset: 0,
+        let (peer, sending) = match r.op {
+            CollOp::Send { peer } => (peer, true),
+            _ => (peer_of(r), false),
         };
-        let flags = st.peer_flag(me, peer, pid, &page, 0).and_then(|ready| Ok((ready, st.peer_flag(me, peer, pid, &page, 1)?)));
-        let (their_ready, their_delivered) = match flags {
-            Ok(f) => f,
-            Err(e) => {
-                // Without the peer's page neither side's flags can be reached: fail here; the
-                // peer's stream is released by its abort or destroy.
-                note(e);
-                continue;
-            }
+        let copies = if sending { sender_copies(comm, me, peer) } else { !sender_copies(comm, peer, me) };
+        let line = if sending {
+            let msg = msg_of(peer);
+            let page = SharedRef {
+                fd: i32::from_le_bytes(msg[8..12].try_into().expect("4 bytes")),
+                serial: u64::from_le_bytes(msg[16..24].try_into().expect("8 bytes")),
+                size: u64::from_le_bytes(msg[24..32].try_into().expect("8 bytes")),
+                offset: 0,
+            };
+            let pid = u32::from_le_bytes(msg[..4].try_into().expect("4 bytes"));
+            st.peer_flag(me, peer, pid, &page, 0).and_then(|w0| Ok((w0, st.peer_flag(me, peer, pid, &page, 1)?)))
+        } else {
+            Ok((st.own_flag(peer, 0), st.own_flag(peer, 1)))
         };
-        stream.flag_ops(&[FlagOp::WaitGeq(their_ready, seq[i])], false)?;
-        let bytes = r.count * r.dtype.size();
-        let copied = (|| -> Result<()> {
-            if msg[4] != 0 {
-                return Err(Error::remote(format!("rank {peer} could not export its receive buffer (see its log)")));
-            }
-            let (export, their_bytes) = entry(msg, position(i))?;
-            if their_bytes != bytes {
-                return Err(Error::invalid_usage(format!(
-                    "ncclSend of {bytes} bytes to rank {peer} matched a receive of {their_bytes} bytes"
-                )));
-            }
-            let Some(export) = export else { return Ok(()) };
-            let dst = if pid == std::process::id() { export.addr as *mut u8 } else { ipc::open(pid, &export)? };
-            // SAFETY: dst is the receiver's live buffer of `bytes` bytes (exported for this
-            // call, which it keeps until its stream passes the delivered flag below); the
-            // source is this rank's send buffer of as many bytes (NCCL's rules).
-            unsafe { stream.copy(dst, r.send, bytes) }
-        })();
-        if let Err(e) = copied {
+        match line {
+            Ok((first, second)) => steps.push(Step { i, peer, copies, first, second }),
+            // Without the receiver's page neither side's flags of this pair can be reached:
+            // fail here; the peer's stream is released by its abort or destroy.
+            Err(e) => note(e),
+        }
+    }
+    // 1. Buffers ready: what the copiers wait for.
+    let ready: Vec<FlagOp> =
+        steps.iter().filter(|s| !s.copies).map(|s| FlagOp::Write(s.first, seq[s.i])).collect();
+    stream.flag_ops(&ready, false)?;
+    // 2. Copies: wait for the other rank's buffer, copy, tell it.
+    for s in steps.iter().filter(|s| s.copies) {
+        let r = &reqs[s.i];
+        stream.flag_ops(&[FlagOp::WaitGeq(s.first, seq[s.i])], false)?;
+        if let Err(e) = copy(r, s.peer, msg_of(s.peer), position(s.i), stream) {
             note(e);
         }
-        stream.flag_ops(&[FlagOp::Write(their_delivered, seq[i])], false)?;
+        stream.flag_ops(&[FlagOp::Write(s.second, seq[s.i])], false)?;
     }
-    // 3. Receives: wait for the senders' copies. A receive whose sender described a different
-    // size is an error here too (the sender copied nothing).
+    // 3. Wait for the copiers. The sizes are checked on this side too, so that both fail.
     let mut waits = Vec::new();
-    for (i, r) in reqs.iter().enumerate() {
-        let CollOp::Recv { peer } = r.op else { continue };
-        let msg = msg_of(peer);
-        let bytes = r.count * r.dtype.size();
-        match entry(msg, position(i)) {
-            Ok((_, their_bytes)) if their_bytes != bytes => note(Error::invalid_usage(format!(
-                "ncclRecv of {bytes} bytes from rank {peer} matched a send of {their_bytes} bytes"
-            ))),
-            Ok(_) if msg[4] != 0 => note(Error::remote(format!("rank {peer} could not export its send buffer"))),
+    for s in steps.iter().filter(|s| !s.copies) {
+        let r = &reqs[s.i];
+        match entry(msg_of(s.peer), position(s.i)) {
+            Ok((_, theirs)) if theirs != r.count * r.dtype.size() => note(size_mismatch(r, s.peer, theirs)),
             Ok(_) => {}
             Err(e) => note(e),
         }
-        waits.push(FlagOp::WaitGeq(st.own_flag(peer, 1), seq[i]));
+        waits.push(FlagOp::WaitGeq(s.second, seq[s.i]));
     }
     stream.flag_ops(&waits, false)?;
     if let Some(e) = first_error {
@@ -428,4 +446,38 @@ fn queue(
         return Err(e);
     }
     Ok(())
+}
+
+fn size_mismatch(r: &OpRequest, peer: usize, theirs: usize) -> Error {
+    let bytes = r.count * r.dtype.size();
+    match r.op {
+        CollOp::Send { .. } => {
+            Error::invalid_usage(format!("ncclSend of {bytes} bytes to rank {peer} matched a receive of {theirs} bytes"))
+        }
+        _ => Error::invalid_usage(format!("ncclRecv of {bytes} bytes from rank {peer} matched a send of {theirs} bytes")),
+    }
+}
+
+/// The copy of request `r` with `peer`, whose message `msg` describes the other end at
+/// `position`: into the receiver's buffer (a send) or out of the sender's (a receive).
+fn copy(r: &OpRequest, peer: usize, msg: &[u8], position: usize, stream: Stream) -> Result<()> {
+    if msg[4] != 0 {
+        return Err(Error::remote(format!("rank {peer} could not export its buffer (see its log)")));
+    }
+    let (export, theirs) = entry(msg, position)?;
+    let bytes = r.count * r.dtype.size();
+    if theirs != bytes {
+        return Err(size_mismatch(r, peer, theirs));
+    }
+    let Some(export) = export else { return Ok(()) };
+    let pid = u32::from_le_bytes(msg[..4].try_into().expect("4 bytes"));
+    let other = if pid == std::process::id() { export.addr as *mut u8 } else { ipc::open(pid, &export)? };
+    let (dst, src) = match r.op {
+        CollOp::Send { .. } => (other, r.send),
+        _ => (r.recv, other as *const u8),
+    };
+    // SAFETY: `other` is the peer's live buffer of `bytes` bytes (exported for this call and
+    // kept until its stream passes its wait on this pair's second flag, written after this
+    // copy); this rank's buffer holds as many (NCCL's rules).
+    unsafe { stream.copy(dst, src, bytes) }
 }
