@@ -63,16 +63,23 @@ fn pair_applies(comm: &Comm, peer: usize) -> bool {
 }
 
 /// Splits a group's operations into those this path takes (device-buffer sends and receives
-/// of pairs that qualify, on one communicator and stream, outside graph capture) and the rest,
-/// call order kept in each.
+/// of pairs that qualify, on one communicator and stream, outside graph capture; and sends to
+/// this rank itself when the group holds as many receives from it, which are plain copies)
+/// and the rest, call order kept in each.
 pub fn split(ops: Ops) -> Result<(Ops, Ops)> {
     let Some((first, first_req)) = ops.first() else { return Ok((Vec::new(), ops)) };
     let (first, stream) = (first.clone(), first_req.stream);
+    let ours = |c: &Arc<Comm>, r: &OpRequest| Arc::ptr_eq(c, &first) && r.mem.is_device() && r.stream == stream;
+    let me = first.rank;
+    let self_sends = ops.iter().filter(|(c, r)| ours(c, r) && r.op == CollOp::Send { peer: me }).count();
+    let self_recvs = ops.iter().filter(|(c, r)| ours(c, r) && r.op == CollOp::Recv { peer: me }).count();
     let candidate = |c: &Arc<Comm>, r: &OpRequest| {
-        Arc::ptr_eq(c, &first)
-            && r.mem.is_device()
-            && r.stream == stream
-            && matches!(r.op, CollOp::Send { peer } | CollOp::Recv { peer } if pair_applies(c, peer))
+        ours(c, r)
+            && match r.op {
+                CollOp::Send { peer } | CollOp::Recv { peer } if peer == me => self_sends == self_recvs,
+                CollOp::Send { peer } | CollOp::Recv { peer } => pair_applies(c, peer),
+                _ => false,
+            }
     };
     if !ops.iter().any(|(c, r)| candidate(c, r)) {
         return Ok((Vec::new(), ops));
@@ -131,7 +138,8 @@ unsafe impl Sync for P2pState {}
 
 impl Drop for P2pState {
     fn drop(&mut self) {
-        let through = self.inner.last.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_none_or(|e| e.is_complete());
+        let through =
+            self.inner.last.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_none_or(|e| e.is_complete());
         if through {
             // SAFETY: dropped once, here.
             unsafe { ManuallyDrop::drop(&mut self.inner) };
@@ -146,7 +154,8 @@ impl P2pState {
         let len = (nranks * LINE_BYTES).next_multiple_of(4096);
         let memory = peer_mem::alloc_shared(len)?;
         let made = (|| {
-            let shared = peer_mem::locate(memory as usize, len).ok_or_else(|| Error::internal("inbox page not located"))?;
+            let shared =
+                peer_mem::locate(memory as usize, len).ok_or_else(|| Error::internal("inbox page not located"))?;
             // SAFETY: the page is mapped until Inbox::drop, after the registration is dropped.
             let registration = unsafe { Registered::new(memory, len)? };
             Ok::<_, Error>((shared, registration))
@@ -201,6 +210,31 @@ impl P2pState {
     }
 }
 
+/// `ncclCommAbort`: moves every flag this rank's stream may wait on far ahead, from ferroccl's
+/// own stream (which no user stream orders), so that no stream of this rank waits for ever on
+/// a peer that will not come.
+pub fn release_streams(comm: &Comm) {
+    let Some(st) = comm.with_layer_state(|s: &mut super::LayerState| s.p2p.clone()) else { return };
+    // A wait is a cyclic comparison: half the number space ahead passes every queued one.
+    let ahead = |k: u32| k.wrapping_add(1 << 30);
+    let sent = st.inner.sent.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let received = st.inner.received.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let peers = st.inner.peers.lock().unwrap_or_else(|p| p.into_inner());
+    let released = crate::cuda::stream::private_stream().and_then(|s| {
+        for (from, &k) in received.iter().enumerate().filter(|(_, &k)| k != 0) {
+            s.fill32(st.own_flag(from, 0), ahead(k), 2)?;
+        }
+        for (to, inbox) in peers.iter() {
+            let line = inbox.registration.device_ptr() + (comm.rank * LINE_BYTES) as u64;
+            s.fill32(line, ahead(sent[*to]), 2)?;
+        }
+        Ok(())
+    });
+    if let Err(e) = released {
+        log::warn!(target: "P2P", "abort: could not release the streams waiting on device sends and receives: {e}");
+    }
+}
+
 fn state(comm: &Arc<Comm>) -> Result<Arc<P2pState>> {
     if let Some(s) = comm.with_layer_state(|s: &mut super::LayerState| s.p2p.clone()) {
         return Ok(s);
@@ -221,6 +255,12 @@ fn peer_of(req: &OpRequest) -> usize {
 /// Queues a group's sends and receives that [`split`] chose, all on one communicator and stream.
 pub fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<()> {
     let stream = reqs[0].stream;
+    copy_to_self(comm.rank, reqs, stream)?;
+    let reqs: Vec<OpRequest> = reqs.iter().filter(|r| peer_of(r) != comm.rank).cloned().collect();
+    if reqs.is_empty() {
+        return Ok(());
+    }
+    let reqs = &reqs[..];
     let st = state(comm)?;
     let mut peers: Vec<usize> = reqs.iter().map(peer_of).collect();
     peers.sort_unstable();
@@ -233,6 +273,27 @@ pub fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<()> {
     }
     last.as_ref().expect("set above").record(stream)?;
     result
+}
+
+/// The group's sends to this rank itself, each copied into the matching receive (the k-th send
+/// to itself matches its k-th receive from itself, as NCCL matches them).
+fn copy_to_self(me: usize, reqs: &[OpRequest], stream: Stream) -> Result<()> {
+    let sends = reqs.iter().filter(|r| r.op == CollOp::Send { peer: me });
+    let recvs = reqs.iter().filter(|r| r.op == CollOp::Recv { peer: me });
+    for (s, r) in sends.zip(recvs) {
+        let (sent, expected) = (s.count * s.dtype.size(), r.count * r.dtype.size());
+        if sent != expected {
+            return Err(Error::invalid_usage(format!(
+                "ncclSend of {sent} bytes to this rank itself matched a receive of {expected} bytes"
+            )));
+        }
+        if sent > 0 && !std::ptr::eq(s.send, r.recv) {
+            // SAFETY: both are this rank's live device buffers of `sent` bytes (NCCL's rules),
+            // used in stream order.
+            unsafe { stream.copy(r.recv, s.send, sent)? };
+        }
+    }
+    Ok(())
 }
 
 /// This rank's message to `peer`: its sends to the peer, then its receives from it.
@@ -313,7 +374,8 @@ fn entry(msg: &[u8], i: usize) -> Result<(Option<ipc::Export>, usize)> {
     if bytes == 0 {
         return Ok((None, 0));
     }
-    let x = ipc::Export::decode(&e[..ipc::EXPORT_BYTES]).ok_or_else(|| Error::remote("bad buffer export from a peer"))?;
+    let x =
+        ipc::Export::decode(&e[..ipc::EXPORT_BYTES]).ok_or_else(|| Error::remote("bad buffer export from a peer"))?;
     Ok((Some(x), bytes))
 }
 
@@ -417,18 +479,21 @@ fn queue(
         }
     }
     // 1. Buffers ready: what the copiers wait for.
-    let ready: Vec<FlagOp> =
-        steps.iter().filter(|s| !s.copies).map(|s| FlagOp::Write(s.first, seq[s.i])).collect();
+    let ready: Vec<FlagOp> = steps.iter().filter(|s| !s.copies).map(|s| FlagOp::Write(s.first, seq[s.i])).collect();
     stream.flag_ops(&ready, false)?;
-    // 2. Copies: wait for the other rank's buffer, copy, tell it.
-    for s in steps.iter().filter(|s| s.copies) {
-        let r = &reqs[s.i];
-        stream.flag_ops(&[FlagOp::WaitGeq(s.first, seq[s.i])], false)?;
-        if let Err(e) = copy(r, s.peer, msg_of(s.peer), position(s.i), stream) {
+    // 2. Copies: wait for the other ranks' buffers, copy, tell them (each step one batch of
+    // flag operations: the other ranks wrote theirs first thing, so waiting for all costs
+    // nothing, and every flag batch is a driver call).
+    let copiers: Vec<&Step> = steps.iter().filter(|s| s.copies).collect();
+    let waits: Vec<FlagOp> = copiers.iter().map(|s| FlagOp::WaitGeq(s.first, seq[s.i])).collect();
+    stream.flag_ops(&waits, false)?;
+    for s in &copiers {
+        if let Err(e) = copy(&reqs[s.i], s.peer, msg_of(s.peer), position(s.i), stream) {
             note(e);
         }
-        stream.flag_ops(&[FlagOp::Write(s.second, seq[s.i])], false)?;
     }
+    let told: Vec<FlagOp> = copiers.iter().map(|s| FlagOp::Write(s.second, seq[s.i])).collect();
+    stream.flag_ops(&told, false)?;
     // 3. Wait for the copiers. The sizes are checked on this side too, so that both fail.
     let mut waits = Vec::new();
     for s in steps.iter().filter(|s| !s.copies) {
@@ -451,10 +516,12 @@ fn queue(
 fn size_mismatch(r: &OpRequest, peer: usize, theirs: usize) -> Error {
     let bytes = r.count * r.dtype.size();
     match r.op {
-        CollOp::Send { .. } => {
-            Error::invalid_usage(format!("ncclSend of {bytes} bytes to rank {peer} matched a receive of {theirs} bytes"))
+        CollOp::Send { .. } => Error::invalid_usage(format!(
+            "ncclSend of {bytes} bytes to rank {peer} matched a receive of {theirs} bytes"
+        )),
+        _ => {
+            Error::invalid_usage(format!("ncclRecv of {bytes} bytes from rank {peer} matched a send of {theirs} bytes"))
         }
-        _ => Error::invalid_usage(format!("ncclRecv of {bytes} bytes from rank {peer} matched a send of {theirs} bytes")),
     }
 }
 

@@ -10,7 +10,7 @@
 //! Sits above `comm` (it runs on a communicator's connections); nothing below uses it.
 
 pub mod algo;
-mod device_p2p;
+pub mod device_p2p;
 pub mod exec;
 mod fast;
 pub mod local_order;
@@ -386,7 +386,9 @@ pub(crate) fn signature(req: &OpRequest) -> OpSig {
         CollOp::Send { .. } | CollOp::Recv { .. } => (crate::wire::sig::KIND_P2P, 0),
     };
     let sig = match req.op {
-        CollOp::Send { .. } | CollOp::Recv { .. } => OpSig::new(kind, 0, 0, 0, req.count.wrapping_mul(req.dtype.size())),
+        CollOp::Send { .. } | CollOp::Recv { .. } => {
+            OpSig::new(kind, 0, 0, 0, req.count.wrapping_mul(req.dtype.size()))
+        }
         _ => OpSig::new(kind, dtype, op, root, req.count),
     };
     if req.device_call {

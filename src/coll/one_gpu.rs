@@ -250,6 +250,12 @@ fn placement_of(comm: &Comm) -> Placement {
     placement(&gpus, &pids, &lead.reach, peer_path_on_one_gpu)
 }
 
+/// Whether every rank's GPU reaches every other's (each folding its own blocks reads all
+/// ranks' inputs, [`Share`]), from what each rank published at init.
+fn all_reach_all(comm: &Comm) -> bool {
+    comm.peers.iter().all(|a| comm.peers.iter().all(|b| a.gpu.reach.contains(&b.gpu.bus)))
+}
+
 /// Whether a job can run here: one communicator whose ranks all use this host's same GPU, or
 /// GPUs that rank 0's reaches directly (one process each), device buffers only, collectives
 /// only (point-to-point keeps the staged path), one stream, and NCCL_P2P_DISABLE unset. Every
@@ -381,6 +387,7 @@ pub fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<()> {
         && n > 1
         && reqs.iter().any(|q| q.op == CollOp::ReduceScatter)
         && placement_of(comm) == Placement::PeerGpus
+        && all_reach_all(comm)
     {
         Share::OwnBlocks { lead: comm.rank == 0 }
     } else {
@@ -494,7 +501,9 @@ fn follow(
     own_blocks: Option<(&[u8], usize)>,
 ) -> Result<()> {
     let r = comm.rank;
-    stage_scalars(g, reqs, r, stream)?;
+    // A failure here still goes through the flags below (rank 0's stream, and with
+    // [`Share::OwnBlocks`] everyone's, waits on this rank's), then is returned.
+    let mut prepared = stage_scalars(g, reqs, r, stream);
     if g.peer_gpus {
         // Ranks on their own GPUs: an all-gather's own block goes into its own output here, on
         // this GPU, before the ready flag (launch_for_all reads it from there).
@@ -506,19 +515,23 @@ fn follow(
                 // `block` bytes and the receive buffer `n * block` (NCCL's size rules); an
                 // all-gather's send buffer is either this very block (in place, skipped) or
                 // apart from the receive buffer (NCCL's rule for its buffers).
-                unsafe { stream.copy(own, req.send, block)? };
+                let copied = unsafe { stream.copy(own, req.send, block) };
+                if prepared.is_ok() {
+                    prepared = copied;
+                }
             }
         }
     }
     if capturing {
-        return stream.flag_ops(
+        stream.flag_ops(
             &[
                 FlagOp::Write(g.flag_addr(r, Word::Ready), 1),
                 FlagOp::WaitEq(g.flag_addr(r, Word::Done), 1),
                 FlagOp::Write(g.flag_addr(r, Word::Done), 0),
             ],
             true,
-        );
+        )?;
+        return prepared;
     }
     let ready = FlagOp::Write(g.flag_addr(r, Word::ReadySeq), seq);
     let wait = FlagOp::WaitGeq(g.flag_addr(r, Word::DoneSeq), seq);
@@ -531,11 +544,13 @@ fn follow(
         ops.extend((0..n).filter(|&q| q != r).map(|q| FlagOp::WaitGeq(g.flag_addr(q, Word::ReadySeq), seq)));
         stream.flag_ops(&ops, false)?;
         let everyone_described = (0..n).all(|q| all[q * desc_len + 4] == 0);
-        let folded = if everyone_described {
-            launch_for_all(comm, reqs, all, desc_len, stream, g.dev, g.peer_gpus, Share::OwnBlocks { lead: false })
-        } else {
-            Err(Error::remote("a rank could not export its device buffers through CUDA IPC (see its log)"))
-        };
+        let folded = prepared.and_then(|()| {
+            if everyone_described {
+                launch_for_all(comm, reqs, all, desc_len, stream, g.dev, g.peer_gpus, Share::OwnBlocks { lead: false })
+            } else {
+                Err(Error::remote("a rank could not export its device buffers through CUDA IPC (see its log)"))
+            }
+        });
         if let Err(e) = &folded {
             log::warn!(target: "COLL", "device operation on rank {r}: {e}");
             comm.set_async_error(e);
@@ -543,14 +558,15 @@ fn follow(
         stream.flag_ops(&[FlagOp::Write(g.flag_addr(r, Word::FoldedSeq), seq), wait], false)?;
         return folded;
     }
-    let Some((order, k)) = order else { return stream.flag_ops(&[ready, wait], false) };
+    let Some((order, k)) = order else { return stream.flag_ops(&[ready, wait], false).and(prepared) };
     // Process mates (local_order): the wait goes in once every mate has submitted its flag
     // write, and rank 0, when it is a mate, its kernels and done flags.
     stream.flag_ops(&[ready], false)?;
     order.publish_seq(k);
     let others: Vec<usize> = order.local_ranks().iter().copied().filter(|&m| m != r).collect();
     order.wait_seq(comm, &others, k)?;
-    stream.flag_ops(&[wait], false)
+    stream.flag_ops(&[wait], false)?;
+    prepared
 }
 
 /// Rank 0: wait for every rank's stream, run everything, release every rank.
@@ -655,6 +671,16 @@ pub fn release_streams(comm: &Comm) {
             for r in 1..comm.nranks {
                 s.fill32(g.flag_addr(r, Word::Ready), 1, 1)?;
                 s.fill32(g.flag_addr(r, Word::ReadySeq), ahead, 1)?;
+            }
+        }
+        if g.peer_gpus {
+            // Each rank folding its own blocks ([`Share`]) also waits for every rank's ready
+            // flag, and rank 0 for every rank's fold (host page: any rank can set them).
+            for r in (0..comm.nranks).filter(|&r| r != comm.rank) {
+                s.fill32(g.flag_addr(r, Word::ReadySeq), ahead, 1)?;
+                if comm.rank == 0 {
+                    s.fill32(g.flag_addr(r, Word::FoldedSeq), ahead, 1)?;
+                }
             }
         }
         Ok(())
@@ -800,6 +826,8 @@ fn launch_for_all(
                     ipc::open(pid, &e)
                 }
             };
+            // Each rank folding its own reduce-scatter block writes only its own output.
+            let recv_len = if share.own_blocks() && req.op == CollOp::ReduceScatter { 0 } else { recv_len };
             let their_recv = resolve(&d[ipc::EXPORT_BYTES..2 * ipc::EXPORT_BYTES], recv_len)?;
             if peer_gpus && req.op == CollOp::AllGather {
                 // The rank copied its block into its own output on its own GPU (follow): read it
@@ -815,6 +843,11 @@ fn launch_for_all(
             // stream just before its ready flag.
             pre.push(match req.reduction.map(|red| red.pre) {
                 Some(Pre::Mul(_)) if d[PRE_AT + 8] == 1 => {
+                    if scalar_slot[r] == SCALARS_PER_RANK {
+                        return Err(Error::invalid_usage(format!(
+                            "rank {r} passed more than {SCALARS_PER_RANK} operations with device-resident scalars in one group"
+                        )));
+                    }
                     let at = dev + CommGpu::scalar_offset(r, scalar_slot[r]) as u64;
                     scalar_slot[r] += 1;
                     PreScalar::Device(at as *const u8)
@@ -989,7 +1022,7 @@ mod tests {
 
     #[test]
     fn placement_takes_peer_gpus_only_when_rank_0_reaches_all_and_ranks_are_processes() {
-        let (a, b, c) = (1 << 32 | 0x19 << 8, 1 << 32 | 0x3b << 8, 1 << 32 | 0x4c << 8);
+        let (a, b, c) = (1 << 48 | 0x19 << 8, 1 << 48 | 0x3b << 8, 1 << 48 | 0x4c << 8);
         let nvlink = [a, b, c];
         assert_eq!(placement(&[a, a, a], &[1, 2, 3], &[a], false), Placement::OneGpu);
         assert_eq!(placement(&[b, b], &[7, 7], &[b], false), Placement::OneGpu, "threads of one process on one GPU");

@@ -172,8 +172,9 @@ pub struct GpuIdentity {
     pub reach: Vec<u64>,
 }
 
-/// A device's PCI domain, bus and device numbers as one value (`1 << 32 | domain << 16 | bus <<
-/// 8 | device`; the top bit tells it from "none"), if the driver says them.
+/// A device's PCI domain, bus and device numbers as one value (`1 << 48 | domain << 16 | bus <<
+/// 8 | device`; the marker bit tells it from "none", and domains above 0xffff, as VMD uses,
+/// stay apart), if the driver says them.
 fn pci_location(dev: i32) -> Option<u64> {
     use sys::CUdevice_attribute::*;
     let attr = |a: sys::CUdevice_attribute| -> Option<u64> {
@@ -187,7 +188,7 @@ fn pci_location(dev: i32) -> Option<u64> {
         attr(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
         attr(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?,
     );
-    Some(1 << 32 | (domain & 0xffff) << 16 | (bus & 0xff) << 8 | (device & 0xff))
+    Some(1 << 48 | (domain & 0xffff_ffff) << 16 | (bus & 0xff) << 8 | (device & 0xff))
 }
 
 /// The identity of device `dev` (as this process numbers devices); the empty identity without

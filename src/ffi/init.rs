@@ -281,6 +281,7 @@ pub extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
         // first use, so only then is the picture complete.
         Coverage::log(&c);
         crate::coll::one_gpu::release_streams(&c);
+        crate::coll::device_p2p::release_streams(&c);
         c.abort();
         log::info!(target: "DESTROY", "comm {:p} rank {} nranks {} - Abort COMPLETE", comm, c.rank, c.nranks);
         Ok(())
@@ -371,6 +372,7 @@ pub extern "C" fn ncclCommShrink(
         let cfg = child_config(&parent, config)?;
         if abort {
             crate::coll::one_gpu::release_streams(&parent);
+            crate::coll::device_p2p::release_streams(&parent);
             parent.abort();
         }
         let req = Request {

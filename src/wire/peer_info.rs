@@ -85,6 +85,12 @@ impl PeerInfo {
         if (bus == 0) != reach.is_empty() || reach.first().is_some_and(|&first| first != bus) {
             return Err(Error::remote("peer info: a GPU's reach list does not start with the GPU"));
         }
+        let mut distinct = reach.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if distinct.len() != reach.len() || reach.contains(&0) {
+            return Err(Error::remote("peer info: a GPU's reach list repeats a device or names none"));
+        }
         Ok(PeerInfo { rank, host_hash, pid, cuda_dev, net_handle, shm, gpu: GpuIdentity { bus, reach } })
     }
 
@@ -154,8 +160,8 @@ mod tests {
 
     #[test]
     fn gpu_identity_round_trips_and_must_be_consistent() {
-        let full: Vec<u64> = (0..MAX_REACH as u64).map(|i| 1 << 32 | 0x19 << 8 | i).collect();
-        for reach in [vec![1 << 32 | 0x19 << 8], full] {
+        let full: Vec<u64> = (0..MAX_REACH as u64).map(|i| 1 << 48 | 0x19 << 8 | i).collect();
+        for reach in [vec![1 << 48 | 0x19 << 8], full] {
             let p = PeerInfo { gpu: GpuIdentity { bus: reach[0], reach }, ..sample(vec![7; 5]) };
             let b = p.encode().unwrap();
             assert_eq!(b.len(), PEER_INFO_BYTES);
@@ -163,8 +169,12 @@ mod tests {
         }
         let too_many = GpuIdentity { bus: 1, reach: vec![1; MAX_REACH + 1] };
         assert!(PeerInfo { gpu: too_many, ..sample(vec![]) }.encode().is_err());
-        let not_first = GpuIdentity { bus: 1 << 32, reach: vec![1 << 32 | 1, 1 << 32] };
+        let not_first = GpuIdentity { bus: 1 << 48, reach: vec![1 << 48 | 1, 1 << 48] };
         assert!(PeerInfo::decode(&PeerInfo { gpu: not_first, ..sample(vec![]) }.encode().unwrap()).is_err());
+        let twice = GpuIdentity { bus: 1 << 48, reach: vec![1 << 48, 1 << 48 | 1, 1 << 48 | 1] };
+        assert!(PeerInfo::decode(&PeerInfo { gpu: twice, ..sample(vec![]) }.encode().unwrap()).is_err());
+        let none_listed = GpuIdentity { bus: 1 << 48, reach: vec![1 << 48, 0] };
+        assert!(PeerInfo::decode(&PeerInfo { gpu: none_listed, ..sample(vec![]) }.encode().unwrap()).is_err());
         let no_gpu_but_reach = GpuIdentity { bus: 0, reach: vec![0] };
         assert!(PeerInfo::decode(&PeerInfo { gpu: no_gpu_but_reach, ..sample(vec![]) }.encode().unwrap()).is_err());
         let mut bad = sample(vec![]).encode().unwrap();

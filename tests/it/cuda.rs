@@ -365,6 +365,11 @@ fn gpu_child_rank() {
     assert!(gpu_context());
     let mut comm: ncclComm_t = std::ptr::null_mut();
     check(ncclCommInitRank(&mut comm, n as i32, id, rank as i32), "init");
+    if std::env::var("FERROCCL_IT_GPU_SCENARIO").as_deref() == Ok("abort_p2p") {
+        abort_releases_device_send(rank, comm);
+        println!("GPU CHILD {rank} OK");
+        return;
+    }
     device_collectives(rank, n, comm);
     if std::env::var_os("NCCL_P2P_DISABLE").is_none() {
         device_scalar_and_graph(rank, n, comm);
@@ -481,7 +486,8 @@ fn device_p2p(rank: usize, n: usize, comm: ncclComm_t) {
     let stream = new_stream();
     let raw = stream as sys::CUstream;
     let (to, from) = ((rank + 1) % n, (rank + n - 1) % n);
-    let values = |r: usize, c: usize, sign: f32| -> Vec<f32> { (0..c).map(|i| sign * (r * 100_000 + i) as f32).collect() };
+    let values =
+        |r: usize, c: usize, sign: f32| -> Vec<f32> { (0..c).map(|i| sign * (r * 100_000 + i) as f32).collect() };
     let (c1, c2) = (4099, 17);
     let (a, b) = (DevBuf::from(&values(rank, c1, 1.0)), DevBuf::from(&values(rank, c2, -1.0)));
     let (got_a, got_b) = (DevBuf::new(c1), DevBuf::new(c2));
@@ -498,6 +504,19 @@ fn device_p2p(rank: usize, n: usize, comm: ncclComm_t) {
     assert_eq!(got_b.download(), values(from, c2, -1.0), "second message");
     let sum: f32 = (0..n).map(|r| r as f32).sum();
     assert_eq!(ar_out.download(), vec![sum; 64], "all-reduce grouped with sends and receives");
+
+    // To this rank itself, in a group with messages to the others (as an all-to-all does).
+    let to_self = DevBuf::new(c2);
+    let again = DevBuf::new(c1);
+    check(ncclGroupStart(), "group start");
+    check(ncclSend(b.p(), c2, F32, rank as i32, comm, stream), "send to self");
+    check(ncclSend(a.p(), c1, F32, to as i32, comm, stream), "send a again");
+    check(ncclRecv(to_self.p(), c2, F32, rank as i32, comm, stream), "recv from self");
+    check(ncclRecv(again.p(), c1, F32, from as i32, comm, stream), "recv a again");
+    check(ncclGroupEnd(), "group end");
+    sync(stream);
+    assert_eq!(to_self.download(), values(rank, c2, -1.0), "message to itself");
+    assert_eq!(again.download(), values(from, c1, 1.0), "message beside the one to itself");
 
     let input = DevBuf::new(c1);
     let outs: Vec<DevBuf> = (0..4).map(|_| DevBuf::new(c1)).collect();
@@ -752,6 +771,58 @@ fn large_staged_collectives(rank: usize, n: usize, comm: ncclComm_t) {
         let want: f32 = (0..n).map(|r| (r + 1) as f32 * round as f32).sum();
         expect_eq(&recv.download(), &vec![want; count], "staged premulsum with a device scalar set on the stream");
     }
+}
+
+/// Two processes: rank 1's stream is held (before its receive) by a flag nobody sets, so rank
+/// 0's stream waits in its send for rank 1's buffer; both abort, and both streams must finish
+/// within a second.
+fn abort_releases_device_send(rank: usize, comm: ncclComm_t) {
+    let stream = new_stream();
+    let raw = stream as sys::CUstream;
+    let count = 4096;
+    let (mine, theirs) = (DevBuf::from(&vec![rank as f32; count]), DevBuf::new(count));
+    let peer = 1 - rank;
+    check(ncclGroupStart(), "group start");
+    check(ncclSend(mine.p(), count, F32, peer as i32, comm, stream), "warm-up send");
+    check(ncclRecv(theirs.p(), count, F32, peer as i32, comm, stream), "warm-up recv");
+    check(ncclGroupEnd(), "group end");
+    sync(stream);
+    let flag = (rank == 1).then(|| {
+        let p = ferroccl::cuda::memory::Pinned::new(4).expect("pinned flag");
+        let dev = p.device_ptr().expect("flag address");
+        // SAFETY: a live pinned word; the stream waits until it is 1.
+        cu(unsafe { sys::cuStreamWaitValue32_v2(raw, dev, 1, 0) }, "cuStreamWaitValue32");
+        p
+    });
+    if rank == 0 {
+        check(ncclSend(mine.p(), count, F32, 1, comm, stream), "held send");
+    } else {
+        check(ncclRecv(theirs.p(), count, F32, 0, comm, stream), "held recv");
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: the stream is live.
+    let pending = unsafe { sys::cuStreamQuery(raw) };
+    assert_eq!(pending, sys::CUresult::CUDA_ERROR_NOT_READY, "rank {rank}: the held send or receive finished");
+    let t = std::time::Instant::now();
+    check(ferroccl::ffi::init::ncclCommAbort(comm), "abort");
+    if let Some(p) = &flag {
+        // SAFETY: the pinned word is live; the GPU only reads it.
+        unsafe { (p.as_ptr() as *mut u32).write_volatile(1) };
+    }
+    sync(stream);
+    let released = t.elapsed();
+    assert!(released < std::time::Duration::from_secs(1), "rank {rank}: stream released after {released:?}");
+    println!("rank {rank}: stream released {released:?} after ncclCommAbort");
+    // The other process's stream may still copy into this one's buffer: outlive it.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+}
+
+#[test]
+fn gpu_processes_abort_device_send() {
+    if skip("gpu_processes_abort_device_send") {
+        return;
+    }
+    gpu_processes(2, &[("FERROCCL_IT_GPU_SCENARIO", "abort_p2p")]);
 }
 
 /// ncclCommAbort releases a stream that waits on the library: rank 0's stream is held (before
