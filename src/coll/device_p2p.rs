@@ -386,7 +386,12 @@ fn entry(msg: &[u8], i: usize) -> Result<(Option<ipc::Export>, usize)> {
 /// work queued costs a time slice (measured: 290 us per 8-byte send and receive when both
 /// ranks copied).
 fn sender_copies(comm: &Comm, sender: usize, receiver: usize) -> bool {
-    comm.peers[sender].gpu.bus != comm.peers[receiver].gpu.bus || sender < receiver
+    pushes(comm.peers[sender].gpu.bus, comm.peers[receiver].gpu.bus, sender, receiver)
+}
+
+/// [`sender_copies`] from the two ranks' GPUs (PCI locations) and numbers.
+fn pushes(sender_gpu: u64, receiver_gpu: u64, sender: usize, receiver: usize) -> bool {
+    sender_gpu != receiver_gpu || sender < receiver
 }
 
 /// What one send or receive of this rank does on its stream.
@@ -439,17 +444,7 @@ fn queue(
         }
     }
     let msg_of = |p: usize| &messages[peers.binary_search(&p).expect("a peer of the group")];
-    // The index of request i's match in the peer's message: the peer lists its sends to this
-    // rank, then its receives from it, each in call order.
-    let position = |i: usize| -> usize {
-        let r = &reqs[i];
-        let p = peer_of(r);
-        let same_kind = reqs[..i].iter().filter(|q| q.op == r.op).count();
-        match r.op {
-            CollOp::Send { .. } => reqs.iter().filter(|q| q.op == CollOp::Recv { peer: p }).count() + same_kind,
-            _ => same_kind,
-        }
-    };
+    let position = |i: usize| match_position(reqs, i);
     // The pairs' lines, mapping peers' inboxes where this rank's sends' lines live.
     let mut steps = Vec::with_capacity(reqs.len());
     for (i, r) in reqs.iter().enumerate() {
@@ -513,6 +508,19 @@ fn queue(
     Ok(())
 }
 
+/// The index of request `i`'s match in its peer's message: the peer lists its sends to this
+/// rank, then its receives from it, each in call order (as [`entries_for`] writes them).
+fn match_position(reqs: &[OpRequest], i: usize) -> usize {
+    let r = &reqs[i];
+    let same_kind_before = reqs[..i].iter().filter(|q| q.op == r.op).count();
+    match r.op {
+        // A send's match is the peer's receive, listed after the peer's sends to this rank, as
+        // many as this rank's receives from it.
+        CollOp::Send { peer } => reqs.iter().filter(|q| q.op == CollOp::Recv { peer }).count() + same_kind_before,
+        _ => same_kind_before,
+    }
+}
+
 fn size_mismatch(r: &OpRequest, peer: usize, theirs: usize) -> Error {
     let bytes = r.count * r.dtype.size();
     match r.op {
@@ -547,4 +555,78 @@ fn copy(r: &OpRequest, peer: usize, msg: &[u8], position: usize, stream: Stream)
     // kept until its stream passes its wait on this pair's second flag, written after this
     // copy); this rank's buffer holds as many (NCCL's rules).
     unsafe { stream.copy(dst, src, bytes) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(op: CollOp) -> OpRequest {
+        OpRequest {
+            op,
+            send: std::ptr::null(),
+            recv: std::ptr::null_mut(),
+            count: 1,
+            dtype: crate::types::DataType::Float32,
+            reduction: None,
+            mem: MemKind::Host,
+            stream: Stream(0),
+            pre_device: None,
+            device_call: true,
+        }
+    }
+
+    /// Two ranks' groups whose messages must pair up: each request's match position in the
+    /// peer's message must name the peer's request of the opposite kind with the same rank
+    /// among its kind, whatever the call order on either side.
+    #[test]
+    fn every_request_finds_its_match_in_the_peers_message() {
+        use CollOp::{Recv, Send};
+        // Rank 0 and rank 1, with sends and receives between them interleaved differently,
+        // and a third rank's traffic mixed in on rank 0's side.
+        let rank0 = [Recv { peer: 1 }, Send { peer: 1 }, Send { peer: 2 }, Send { peer: 1 }, Recv { peer: 1 }];
+        let rank1 = [Send { peer: 0 }, Send { peer: 0 }, Recv { peer: 0 }, Recv { peer: 0 }];
+        let reqs0: Vec<OpRequest> = rank0.iter().map(|&op| req(op)).collect();
+        let reqs1: Vec<OpRequest> = rank1.iter().map(|&op| req(op)).collect();
+        // Each side's message to the other, as entries_for writes it: (kind, index among kind).
+        let message = |reqs: &[OpRequest], peer: usize| -> Vec<(bool, usize)> {
+            let mut sends = 0;
+            let mut recvs = 0;
+            entries_for(reqs, peer)
+                .map(|r| match r.op {
+                    Send { .. } => {
+                        sends += 1;
+                        (true, sends - 1)
+                    }
+                    _ => {
+                        recvs += 1;
+                        (false, recvs - 1)
+                    }
+                })
+                .collect()
+        };
+        let (from0, from1) = (message(&reqs0, 1), message(&reqs1, 0));
+        assert_eq!(from0.len(), from1.len(), "both messages describe the pair's four transfers");
+        for (mine, theirs, peer) in [(&reqs0, &from1, 1), (&reqs1, &from0, 0)] {
+            let mut nth = std::collections::HashMap::new();
+            for (i, r) in mine.iter().enumerate() {
+                if peer_of(r) != peer {
+                    continue;
+                }
+                let k = nth.entry(matches!(r.op, Send { .. })).or_insert(0);
+                let (their_kind_is_send, their_index) = theirs[match_position(mine, i)];
+                assert_eq!(their_kind_is_send, !matches!(r.op, Send { .. }), "request {i} matched the same kind");
+                assert_eq!(their_index, *k, "request {i} matched the {their_index}th of its kind, not the {k}th");
+                *k += 1;
+            }
+        }
+    }
+
+    #[test]
+    fn on_one_gpu_the_lower_rank_copies_and_between_gpus_the_sender() {
+        let (a, b) = (1 << 48 | 0x19 << 8, 1 << 48 | 0x3b << 8);
+        assert!(pushes(a, a, 0, 1), "one GPU: rank 0 pushes what it sends to rank 1");
+        assert!(!pushes(a, a, 1, 0), "one GPU: rank 0 pulls what rank 1 sends it");
+        assert!(pushes(a, b, 1, 0) && pushes(b, a, 0, 1), "two GPUs: each sender pushes");
+    }
 }
