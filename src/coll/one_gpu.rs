@@ -199,7 +199,8 @@ enum Placement {
     /// Every rank on one GPU.
     OneGpu,
     /// Ranks on several GPUs of this host that rank 0's GPU reaches directly (peer access over
-    /// NVLink or PCIe), one process each: rank 0's kernels read and write the others' buffers
+    /// NVLink or PCIe), in processes of their own or as threads of one process (rank 0's context
+    /// then enables peer access to the mates' devices): rank 0's kernels read and write the others' buffers
     /// across the link, and the flags that order the streams live in the host page (a stream
     /// waits on memory its own GPU can poll, without peer mappings of rank 0's flag block).
     PeerGpus,
@@ -207,32 +208,23 @@ enum Placement {
     Elsewhere,
 }
 
-/// The placement of ranks on GPUs `gpus` (by rank; PCI locations, 0 for none) in processes
-/// `pids`, where `lead_reach` lists the GPUs rank 0's GPU maps by peer access (as rank 0's process
-/// found them). Every rank decides from the same values (what rank 0 published), so all decide
-/// alike even where their processes see different devices. `peer_path_on_one_gpu` sends ranks
-/// that share a GPU, one process each, down the peer-GPU path (testing it on one GPU).
-fn placement(gpus: &[u64], pids: &[u32], lead_reach: &[u64], peer_path_on_one_gpu: bool) -> Placement {
+/// The placement of ranks on GPUs `gpus` (by rank; PCI locations, 0 for none), where
+/// `lead_reach` lists the GPUs rank 0's GPU maps by peer access (as rank 0's process found
+/// them). Every rank decides from the same values (what rank 0 published), so all decide alike
+/// even where their processes see different devices. `peer_path_on_one_gpu` sends ranks that
+/// share a GPU down the peer-GPU path (testing it on one GPU).
+fn placement(gpus: &[u64], lead_reach: &[u64], peer_path_on_one_gpu: bool) -> Placement {
     let Some(&lead) = gpus.first() else { return Placement::Elsewhere };
     if lead == 0 {
         return Placement::Elsewhere;
     }
-    // Process mates order their flag operations through their shared context's queues
-    // (local_order); ranks of one process on different devices have no such shared queue.
-    let processes_apart = {
-        let mut distinct = pids.to_vec();
-        distinct.sort_unstable();
-        distinct.dedup();
-        distinct.len() == pids.len()
-    };
+    // Ranks that are threads of one process (on one device or several) order their flag
+    // operations among themselves (local_order), and rank 0 reaches a mate's buffers on another
+    // device once peer access is enabled from its context.
     if gpus.iter().all(|&g| g == lead) {
-        return if peer_path_on_one_gpu && processes_apart && gpus.len() > 1 {
-            Placement::PeerGpus
-        } else {
-            Placement::OneGpu
-        };
+        return if peer_path_on_one_gpu && gpus.len() > 1 { Placement::PeerGpus } else { Placement::OneGpu };
     }
-    if !processes_apart || !gpus.iter().all(|g| lead_reach.contains(g)) {
+    if !gpus.iter().all(|g| lead_reach.contains(g)) {
         return Placement::Elsewhere;
     }
     Placement::PeerGpus
@@ -246,8 +238,16 @@ fn placement_of(comm: &Comm) -> Placement {
         return Placement::OneGpu;
     }
     let gpus: Vec<u64> = comm.peers.iter().map(|p| p.gpu.bus).collect();
-    let pids: Vec<u32> = comm.peers.iter().map(|p| p.pid).collect();
-    placement(&gpus, &pids, &lead.reach, peer_path_on_one_gpu)
+    placement(&gpus, &lead.reach, peer_path_on_one_gpu)
+}
+
+/// Whether every rank is a process of its own (folding own blocks waits across every pair of
+/// ranks' streams, which rank threads sharing a context's queues must not).
+fn processes_apart(comm: &Comm) -> bool {
+    let mut pids: Vec<(u64, u32)> = comm.peers.iter().map(|p| (p.host_hash, p.pid)).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids.len() == comm.peers.len()
 }
 
 /// Whether every rank's GPU reaches every other's (each folding its own blocks reads all
@@ -257,7 +257,7 @@ fn all_reach_all(comm: &Comm) -> bool {
 }
 
 /// Whether a job can run here: one communicator whose ranks all use this host's same GPU, or
-/// GPUs that rank 0's reaches directly (one process each), device buffers only, collectives
+/// GPUs that rank 0's reaches directly, device buffers only, collectives
 /// only (point-to-point keeps the staged path), one stream, and NCCL_P2P_DISABLE unset. Every
 /// rank decides alike from what all ranks agree on: the GPUs' PCI locations and what rank 0's
 /// GPU reaches, exchanged at init.
@@ -272,6 +272,45 @@ pub fn applies(ops: &[(Arc<Comm>, OpRequest)]) -> bool {
             && r.stream == first_req.stream
             && !matches!(r.op, CollOp::Send { .. } | CollOp::Recv { .. })
     }) && placement_of(first) != Placement::Elsewhere
+}
+
+/// Whether a group of several communicators (one thread driving several ranks, as after
+/// `ncclCommInitAll`) can run here communicator by communicator: each one's operations as
+/// [`applies`] requires. Returns them grouped, communicators in order of first appearance.
+pub fn applies_per_communicator(ops: &[(Arc<Comm>, OpRequest)]) -> Option<Vec<(Arc<Comm>, Vec<OpRequest>)>> {
+    let per_comm = super::by_communicator(ops.to_vec());
+    (per_comm.len() > 1
+        && per_comm.iter().all(|(c, reqs)| {
+            let mine: Vec<(Arc<Comm>, OpRequest)> = reqs.iter().map(|r| (c.clone(), *r)).collect();
+            applies(&mine)
+        }))
+    .then_some(per_comm)
+}
+
+/// Queues each communicator's operations of a group ([`applies_per_communicator`]), each on a
+/// thread of its own with the communicator's device current: a communicator's call waits on
+/// the host for its other ranks to reach it, and those may be the very communicators this
+/// thread would submit next. Ranks that are threads of one process order their streams'
+/// flag operations among themselves (`local_order`), as rank threads do.
+pub fn submit_each(per_comm: Vec<(Arc<Comm>, Vec<OpRequest>)>) -> Result<()> {
+    let results: Vec<Result<()>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = per_comm
+            .into_iter()
+            .map(|(comm, reqs)| {
+                scope.spawn(move || {
+                    let ctx = crate::cuda::driver::primary_context(comm.cuda_dev)
+                        .ok_or_else(|| Error::internal(format!("no CUDA context for device {}", comm.cuda_dev)))?;
+                    crate::cuda::driver::make_current(ctx)?;
+                    submit(&comm, &reqs)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::internal("a group submission thread panicked"))))
+            .collect()
+    });
+    results.into_iter().collect()
 }
 
 /// The communicator's page, set up on first use (a collective step: every rank calls this at
@@ -388,6 +427,7 @@ pub fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<()> {
         && reqs.iter().any(|q| q.op == CollOp::ReduceScatter)
         && placement_of(comm) == Placement::PeerGpus
         && all_reach_all(comm)
+        && processes_apart(comm)
     {
         Share::OwnBlocks { lead: comm.rank == 0 }
     } else {
@@ -821,6 +861,11 @@ fn launch_for_all(
                 }
                 let e = ipc::Export::decode(bytes).ok_or_else(|| Error::internal("bad buffer export"))?;
                 if pid == me {
+                    // A process mate's buffer on another device: this context must reach it.
+                    let dev = comm.peers[r].cuda_dev;
+                    if peer_gpus && dev != comm.cuda_dev {
+                        crate::cuda::driver::enable_peer_access(dev)?;
+                    }
                     Ok(e.addr as *mut u8)
                 } else {
                     ipc::open(pid, &e)
@@ -1021,23 +1066,20 @@ mod tests {
     }
 
     #[test]
-    fn placement_takes_peer_gpus_only_when_rank_0_reaches_all_and_ranks_are_processes() {
+    fn placement_takes_peer_gpus_only_when_rank_0_reaches_all() {
         let (a, b, c) = (1 << 48 | 0x19 << 8, 1 << 48 | 0x3b << 8, 1 << 48 | 0x4c << 8);
         let nvlink = [a, b, c];
-        assert_eq!(placement(&[a, a, a], &[1, 2, 3], &[a], false), Placement::OneGpu);
-        assert_eq!(placement(&[b, b], &[7, 7], &[b], false), Placement::OneGpu, "threads of one process on one GPU");
-        assert_eq!(placement(&[a, b], &[1, 2], &nvlink, false), Placement::PeerGpus);
-        assert_eq!(placement(&[a, b, a, b], &[1, 2, 3, 4], &[a, b], false), Placement::PeerGpus);
-        // Rank 0's GPU must reach each rank's; what the others reach does not matter.
-        assert_eq!(placement(&[b, a], &[1, 2], &[b], false), Placement::Elsewhere);
-        assert_eq!(placement(&[a, c], &[1, 2], &[a, b], false), Placement::Elsewhere, "no peer access to c");
-        assert_eq!(placement(&[a, b], &[5, 5], &nvlink, false), Placement::Elsewhere, "two GPUs driven by one process");
-        assert_eq!(placement(&[0, 0], &[1, 2], &[], false), Placement::Elsewhere, "no GPU");
-        assert_eq!(placement(&[a, 0], &[1, 2], &[a], false), Placement::Elsewhere, "a rank without a GPU");
-        assert_eq!(placement(&[], &[], &nvlink, false), Placement::Elsewhere);
-        // The test switch: one GPU, one process per rank, takes the peer path; threads do not.
-        assert_eq!(placement(&[a, a], &[1, 2], &[a], true), Placement::PeerGpus);
-        assert_eq!(placement(&[a, a], &[1, 1], &[a], true), Placement::OneGpu);
-        assert_eq!(placement(&[a], &[1], &[a], true), Placement::OneGpu);
+        assert_eq!(placement(&[a, a, a], &[a], false), Placement::OneGpu);
+        assert_eq!(placement(&[a, b], &nvlink, false), Placement::PeerGpus);
+        assert_eq!(placement(&[a, b, a, b], &[a, b], false), Placement::PeerGpus);
+        // Rank 0's GPU must reach each rank's; what the others reach does not matter here.
+        assert_eq!(placement(&[b, a], &[b], false), Placement::Elsewhere);
+        assert_eq!(placement(&[a, c], &[a, b], false), Placement::Elsewhere, "no peer access to c");
+        assert_eq!(placement(&[0, 0], &[], false), Placement::Elsewhere, "no GPU");
+        assert_eq!(placement(&[a, 0], &[a], false), Placement::Elsewhere, "a rank without a GPU");
+        assert_eq!(placement(&[], &nvlink, false), Placement::Elsewhere);
+        // The test switch: several ranks on one GPU take the peer path.
+        assert_eq!(placement(&[a, a], &[a], true), Placement::PeerGpus);
+        assert_eq!(placement(&[a], &[a], true), Placement::OneGpu);
     }
 }

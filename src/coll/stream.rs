@@ -345,6 +345,10 @@ pub fn submit(ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<()> {
         let reqs: Vec<OpRequest> = ops.into_iter().map(|(_, r)| r).collect();
         return one_gpu::submit(&comm, &reqs);
     }
+    if let Some(per_comm) = one_gpu::applies_per_communicator(&ops) {
+        drain_current_thread();
+        return one_gpu::submit_each(per_comm);
+    }
     for (_, req) in &ops {
         if req.mem.is_device() && req.stream.is_capturing()? {
             return Err(Error::invalid_usage(

@@ -210,6 +210,28 @@ pub fn identity(dev: i32) -> GpuIdentity {
     GpuIdentity { bus, reach }
 }
 
+/// Lets the current context map memory of device `peer` (`cuCtxEnablePeerAccess` on its primary
+/// context), once per pair: ranks of one process on different devices use each other's
+/// buffers directly.
+pub fn enable_peer_access(peer: i32) -> Result<()> {
+    let ctx = current_context().ok_or_else(|| Error::internal("no current CUDA context"))?;
+    let peer_ctx =
+        primary_context(peer).ok_or_else(|| Error::internal(format!("no CUDA context for device {peer}")))?;
+    static ENABLED: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+    let key = (ctx.0 as usize, peer_ctx.0 as usize);
+    let mut enabled = ENABLED.lock().unwrap_or_else(|p| p.into_inner());
+    if key.0 == key.1 || enabled.contains(&key) {
+        return Ok(());
+    }
+    // SAFETY: both contexts came from the driver and live for the process.
+    let res = unsafe { sys::cuCtxEnablePeerAccess(peer_ctx.0, 0) };
+    if res != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+        check(res, "cuCtxEnablePeerAccess")?;
+    }
+    enabled.push(key);
+    Ok(())
+}
+
 /// Makes `ctx` current on the calling thread (worker threads serving a rank's streams).
 pub fn make_current(ctx: Context) -> Result<()> {
     // SAFETY: ctx came from the driver and contexts are never destroyed by ferroccl.

@@ -14,7 +14,7 @@ use ferroccl::ffi::coll::{
     ncclAllGather, ncclAllReduce, ncclBroadcast, ncclRecv, ncclReduce, ncclReduceScatter, ncclSend,
 };
 use ferroccl::ffi::group::{ncclGroupEnd, ncclGroupStart};
-use ferroccl::ffi::init::{ncclCommDestroy, ncclCommInitRank};
+use ferroccl::ffi::init::{ncclCommDestroy, ncclCommInitAll, ncclCommInitRank};
 use ferroccl::ffi::mem::{ncclMemAlloc, ncclMemFree};
 use ferroccl::ffi::query::{ncclCommGetAsyncError, ncclGetLastError, ncclRedOpCreatePreMulSum};
 use ferroccl::types::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclScalarResidence_t};
@@ -244,6 +244,69 @@ fn device_collectives(rank: usize, n: usize, comm: ncclComm_t) {
     sync(stream);
     let want: Vec<f32> = (0..count).map(|i| (i % 97) as f32 + from as f32 * 1000.0).collect();
     expect_eq(&got.download(), &want, "sendrecv");
+}
+
+/// One thread drives every rank (`ncclCommInitAll`, then each call grouped over the
+/// communicators, as nccl-tests `-g` and single-process multi-GPU programs do): each
+/// communicator's part runs on a thread of its own, so the group neither stages through host
+/// memory nor waits for itself. Here all ranks use the one GPU (device list 0, 0, 0).
+#[test]
+fn one_thread_drives_every_rank_in_groups() {
+    if skip("one_thread_drives_every_rank_in_groups") {
+        return;
+    }
+    let n = 3;
+    let mut comms: Vec<ncclComm_t> = vec![std::ptr::null_mut(); n];
+    check(ncclCommInitAll(comms.as_mut_ptr(), n as i32, [0, 0, 0].as_ptr()), "ncclCommInitAll");
+    assert!(gpu_context());
+    let count = 1000 + 3;
+    let streams: Vec<*mut c_void> = (0..n).map(|_| new_stream()).collect();
+    let sends: Vec<DevBuf> = (0..n).map(|r| DevBuf::from(&vec![(r + 1) as f32; count])).collect();
+    let recvs: Vec<DevBuf> = (0..n).map(|_| DevBuf::new(count)).collect();
+    let gathered: Vec<DevBuf> = (0..n).map(|_| DevBuf::new(count * n)).collect();
+    for round in 0..3 {
+        check(ncclGroupStart(), "group start");
+        for r in 0..n {
+            check(
+                ncclAllReduce(sends[r].p(), recvs[r].p(), count, F32, ncclRedOp_t(0), comms[r], streams[r]),
+                "allreduce",
+            );
+            check(ncclAllGather(sends[r].p(), gathered[r].p(), count, F32, comms[r], streams[r]), "allgather");
+        }
+        check(ncclGroupEnd(), "group end");
+        for &s in &streams {
+            sync(s);
+        }
+        let want: Vec<f32> = (0..n).flat_map(|r| vec![(r + 1) as f32; count]).collect();
+        for r in 0..n {
+            assert_eq!(recvs[r].download(), vec![6.0f32; count], "round {round}: rank {r}'s all-reduce");
+            assert_eq!(gathered[r].download(), want, "round {round}: rank {r}'s all-gather");
+        }
+    }
+    for c in comms {
+        check(ncclCommDestroy(c), "destroy");
+    }
+}
+
+/// The same on the peer-GPU path (FERROCCL_PEER_PATH_ON_ONE_GPU=1: ranks of one process on
+/// "different" GPUs, flags in the host page, each rank copying its own all-gather block), in a
+/// child process since the switch is read once per process.
+#[test]
+fn one_thread_drives_every_rank_on_the_peer_path() {
+    if skip("one_thread_drives_every_rank_on_the_peer_path") {
+        return;
+    }
+    // And rank threads each making their own calls, on the same path.
+    for test in ["cuda::one_thread_drives_every_rank_in_groups", "cuda::device_buffers_threads_2_and_3"] {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env("FERROCCL_PEER_PATH_ON_ONE_GPU", "1")
+            .env("FERROCCL_TIMEOUT", "60")
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && text.contains("1 passed"), "{test}:\n{text}");
+    }
 }
 
 #[test]
