@@ -109,7 +109,7 @@ impl Transport for P2pTransport {
             Err("disabled by NCCL_P2P_DISABLE".into())
         } else {
             Err("host buffers cannot use CUDA IPC (device-buffer collectives of ranks on one GPU, or on GPUs with peer \
-                 access, one process each, use it outside the transports)"
+                 access, use it outside the transports)"
                 .into())
         }
     }
