@@ -62,34 +62,58 @@ fn pair_applies(comm: &Comm, peer: usize) -> bool {
         && !crate::env::get_bool("NCCL_P2P_DISABLE")
 }
 
-/// Splits a group's operations into those this path takes (device-buffer sends and receives
-/// of pairs that qualify, on one communicator and stream, outside graph capture; and sends to
-/// this rank itself when the group holds as many receives from it, which are plain copies)
-/// and the rest, call order kept in each.
+/// Splits a group's operations into those this path takes and the rest, call order kept in
+/// each. Each send or receive is decided on its own, from what both ranks of its pair agree on
+/// ([`pair_applies`]), never from the rest of the group, so the two ranks always choose alike:
+/// device buffers, outside graph capture (a captured copy would replay its capture's sequence
+/// numbers; the staged path refuses capture with a clear error instead). Sends to this rank
+/// itself are plain copies, taken when the communicator's group holds as many receives from
+/// itself, all on one stream.
 pub fn split(ops: Ops) -> Result<(Ops, Ops)> {
-    let Some((first, first_req)) = ops.first() else { return Ok((Vec::new(), ops)) };
-    let (first, stream) = (first.clone(), first_req.stream);
-    let ours = |c: &Arc<Comm>, r: &OpRequest| Arc::ptr_eq(c, &first) && r.mem.is_device() && r.stream == stream;
-    let me = first.rank;
-    let self_sends = ops.iter().filter(|(c, r)| ours(c, r) && r.op == CollOp::Send { peer: me }).count();
-    let self_recvs = ops.iter().filter(|(c, r)| ours(c, r) && r.op == CollOp::Recv { peer: me }).count();
-    let candidate = |c: &Arc<Comm>, r: &OpRequest| {
-        ours(c, r)
+    if !ops.iter().any(|(_, r)| r.mem.is_device() && matches!(r.op, CollOp::Send { .. } | CollOp::Recv { .. })) {
+        return Ok((Vec::new(), ops));
+    }
+    let mut capturing: Vec<(Stream, bool)> = Vec::new();
+    let mut take = Vec::with_capacity(ops.len());
+    for (c, r) in &ops {
+        let p2p = r.mem.is_device() && matches!(r.op, CollOp::Send { .. } | CollOp::Recv { .. });
+        let qualifies = p2p
             && match r.op {
-                CollOp::Send { peer } | CollOp::Recv { peer } if peer == me => self_sends == self_recvs,
+                CollOp::Send { peer } | CollOp::Recv { peer } if peer == c.rank => self_copies_apply(&ops, c),
                 CollOp::Send { peer } | CollOp::Recv { peer } => pair_applies(c, peer),
                 _ => false,
+            };
+        let captured = if qualifies {
+            match capturing.iter().find(|(s, _)| *s == r.stream) {
+                Some(&(_, k)) => k,
+                None => {
+                    let k = r.stream.is_capturing()?;
+                    capturing.push((r.stream, k));
+                    k
+                }
             }
-    };
-    if !ops.iter().any(|(c, r)| candidate(c, r)) {
-        return Ok((Vec::new(), ops));
+        } else {
+            false
+        };
+        take.push(qualifies && !captured);
     }
-    // A captured copy would replay with the sequence numbers of its capture: the staged path
-    // refuses capture with a clear error instead.
-    if stream.is_capturing()? {
-        return Ok((Vec::new(), ops));
-    }
-    Ok(ops.into_iter().partition(|(c, r)| candidate(c, r)))
+    let mut taken = take.into_iter();
+    Ok(ops.into_iter().partition(|_| taken.next().unwrap_or(false)))
+}
+
+/// Whether `comm`'s sends to itself in the group each have their receive: as many of each,
+/// all device buffers on one stream.
+fn self_copies_apply(ops: &Ops, comm: &Arc<Comm>) -> bool {
+    let me = comm.rank;
+    let mine: Vec<&OpRequest> = ops
+        .iter()
+        .filter(|(c, r)| {
+            Arc::ptr_eq(c, comm) && matches!(r.op, CollOp::Send { peer } | CollOp::Recv { peer } if peer == me)
+        })
+        .map(|(_, r)| r)
+        .collect();
+    let sends = mine.iter().filter(|r| matches!(r.op, CollOp::Send { .. })).count();
+    sends * 2 == mine.len() && mine.iter().all(|r| r.mem.is_device() && r.stream == mine[0].stream)
 }
 
 /// One rank's inbox: a shared host page, registered with CUDA.
@@ -126,8 +150,9 @@ struct Inner {
     /// Messages queued to each rank, and from each rank.
     sent: Mutex<Vec<u32>>,
     received: Mutex<Vec<u32>>,
-    /// Recorded after the last group: at destroy, whether streams are through with the pages.
-    last: Mutex<Option<Event>>,
+    /// Recorded after the last group on each stream used: at destroy, whether streams are
+    /// through with the pages.
+    last: Mutex<Vec<(Stream, Event)>>,
 }
 
 // SAFETY: the pages are shared memory that streams and peers access through flag operations;
@@ -138,8 +163,7 @@ unsafe impl Sync for P2pState {}
 
 impl Drop for P2pState {
     fn drop(&mut self) {
-        let through =
-            self.inner.last.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_none_or(|e| e.is_complete());
+        let through = self.inner.last.lock().unwrap_or_else(|p| p.into_inner()).iter().all(|(_, e)| e.is_complete());
         if through {
             // SAFETY: dropped once, here.
             unsafe { ManuallyDrop::drop(&mut self.inner) };
@@ -173,7 +197,7 @@ impl P2pState {
                 peers: Mutex::new(HashMap::new()),
                 sent: Mutex::new(vec![0; nranks]),
                 received: Mutex::new(vec![0; nranks]),
-                last: Mutex::new(None),
+                last: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -220,7 +244,7 @@ pub fn release_streams(comm: &Comm) {
     let sent = st.inner.sent.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let received = st.inner.received.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let peers = st.inner.peers.lock().unwrap_or_else(|p| p.into_inner());
-    let released = crate::cuda::stream::private_stream().and_then(|s| {
+    let released = crate::cuda::stream::private_stream_on(comm.cuda_dev).and_then(|s| {
         for (from, &k) in received.iter().enumerate().filter(|(_, &k)| k != 0) {
             s.fill32(st.own_flag(from, 0), ahead(k), 2)?;
         }
@@ -252,32 +276,78 @@ fn peer_of(req: &OpRequest) -> usize {
     }
 }
 
-/// Queues a group's sends and receives that [`split`] chose, all on one communicator and stream.
-pub fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<()> {
-    let stream = reqs[0].stream;
-    copy_to_self(comm.rank, reqs, stream)?;
-    let reqs: Vec<OpRequest> = reqs.iter().filter(|r| peer_of(r) != comm.rank).cloned().collect();
-    if reqs.is_empty() {
-        return Ok(());
+/// Queues a group's sends and receives that [`split`] chose. Returns those to stage instead:
+/// the pairs where either rank could not export a buffer (memory CUDA IPC cannot share, such
+/// as a stream-ordered pool's), which both ranks of the pair learn from the exchange and so
+/// stage alike. Several communicators in one group (one thread driving several ranks) are
+/// submitted each from a thread of its own, as their exchanges wait for each other.
+pub fn submit_all(direct: Ops) -> Result<Ops> {
+    let per_comm = super::by_communicator(direct);
+    let staged: Vec<Result<Ops>> = if per_comm.len() == 1 {
+        let (comm, reqs) = &per_comm[0];
+        vec![submit(comm, reqs).map(|back| back.into_iter().map(|r| (comm.clone(), r)).collect())]
+    } else {
+        super::one_gpu::on_own_threads(per_comm, |comm, reqs| {
+            submit(comm, reqs).map(|back| back.into_iter().map(|r| (comm.clone(), r)).collect())
+        })
+    };
+    let mut back = Vec::new();
+    for s in staged {
+        back.extend(s?);
     }
-    let reqs = &reqs[..];
+    Ok(back)
+}
+
+/// One communicator's part of [`submit_all`].
+fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<Vec<OpRequest>> {
+    copy_to_self(comm.rank, reqs)?;
+    let reqs: Vec<OpRequest> = reqs.iter().filter(|r| peer_of(r) != comm.rank).copied().collect();
+    if reqs.is_empty() {
+        return Ok(Vec::new());
+    }
     let st = state(comm)?;
     let mut peers: Vec<usize> = reqs.iter().map(peer_of).collect();
     peers.sort_unstable();
     peers.dedup();
-    let (messages, unexported) = exchange(comm, &st, reqs, &peers)?;
-    let result = queue(comm, &st, reqs, &peers, &messages, stream, unexported);
-    let mut last = st.inner.last.lock().unwrap_or_else(|p| p.into_inner());
-    if last.is_none() {
-        *last = Some(Event::create()?);
+    let timed = log::log_enabled!(target: "P2P", log::Level::Trace).then(std::time::Instant::now);
+    let (messages, unexported) = exchange(comm, &st, &reqs, &peers)?;
+    let exchanged = timed.map(|t| t.elapsed());
+    // Pairs where either side could not export: staged on both sides.
+    let failed: Vec<usize> = peers
+        .iter()
+        .zip(&messages)
+        .zip(&unexported)
+        .filter(|((_, m), &mine)| mine || m[4] != 0)
+        .map(|((&p, _), _)| p)
+        .collect();
+    for &p in &failed {
+        log::info!(target: "P2P", "device send/receive with rank {p}: a buffer cannot be shared through CUDA IPC; staged");
     }
-    last.as_ref().expect("set above").record(stream)?;
-    result
+    let (back, direct): (Vec<OpRequest>, Vec<OpRequest>) = reqs.iter().partition(|r| failed.contains(&peer_of(r)));
+    let result = queue(comm, &st, &direct, &peers, &messages);
+    if let (Some(t), Some(x)) = (timed, exchanged) {
+        log::trace!(
+            target: "P2P",
+            "device send/receive: {} requests with {} peers, exchange {} us, queue {} us",
+            reqs.len(),
+            peers.len(),
+            x.as_micros(),
+            (t.elapsed() - x).as_micros()
+        );
+    }
+    let mut last = st.inner.last.lock().unwrap_or_else(|p| p.into_inner());
+    for stream in direct.iter().map(|r| r.stream) {
+        if !last.iter().any(|(s, _)| *s == stream) {
+            last.push((stream, Event::create()?));
+        }
+        last.iter().find(|(s, _)| *s == stream).expect("added above").1.record(stream)?;
+    }
+    result.map(|()| back)
 }
 
 /// The group's sends to this rank itself, each copied into the matching receive (the k-th send
 /// to itself matches its k-th receive from itself, as NCCL matches them).
-fn copy_to_self(me: usize, reqs: &[OpRequest], stream: Stream) -> Result<()> {
+fn copy_to_self(me: usize, reqs: &[OpRequest]) -> Result<()> {
     let sends = reqs.iter().filter(|r| r.op == CollOp::Send { peer: me });
     let recvs = reqs.iter().filter(|r| r.op == CollOp::Recv { peer: me });
     for (s, r) in sends.zip(recvs) {
@@ -290,10 +360,16 @@ fn copy_to_self(me: usize, reqs: &[OpRequest], stream: Stream) -> Result<()> {
         if sent > 0 && !std::ptr::eq(s.send, r.recv) {
             // SAFETY: both are this rank's live device buffers of `sent` bytes (NCCL's rules),
             // used in stream order.
-            unsafe { stream.copy(r.recv, s.send, sent)? };
+            unsafe { r.stream.copy(r.recv, s.send, sent)? };
         }
     }
     Ok(())
+}
+
+/// This rank's sends to `peer` and receives from it in the group.
+fn counts(reqs: &[OpRequest], peer: usize) -> (usize, usize) {
+    let sends = reqs.iter().filter(|r| r.op == CollOp::Send { peer }).count();
+    (sends, reqs.iter().filter(|r| peer_of(r) == peer).count() - sends)
 }
 
 /// This rank's message to `peer`: its sends to the peer, then its receives from it.
@@ -304,15 +380,12 @@ fn entries_for(reqs: &[OpRequest], peer: usize) -> impl Iterator<Item = &OpReque
 }
 
 /// Sends every peer of the group this rank's message and receives theirs (host point-to-point,
-/// one group). Returns the peers' messages, in `peers` order, and this rank's failure to export
-/// a buffer, if any (the exchange goes on, telling the peers).
-fn exchange(
-    comm: &Arc<Comm>,
-    st: &P2pState,
-    reqs: &[OpRequest],
-    peers: &[usize],
-) -> Result<(Vec<Vec<u8>>, Option<Error>)> {
-    let mut unexported = None;
+/// one group). Returns the peers' messages and, per peer, whether this rank failed to export
+/// one of the pair's buffers (the exchange goes on, telling the peer), both in `peers` order.
+/// The header's counts of sends and receives are checked against this rank's own, so that
+/// groups that do not match fail on both sides before anything is queued.
+fn exchange(comm: &Arc<Comm>, st: &P2pState, reqs: &[OpRequest], peers: &[usize]) -> Result<(Vec<Vec<u8>>, Vec<bool>)> {
+    let mut unexported = Vec::with_capacity(peers.len());
     let mut mine = Vec::with_capacity(peers.len());
     let mut theirs = Vec::with_capacity(peers.len());
     for &p in peers {
@@ -322,6 +395,10 @@ fn exchange(
         m[8..12].copy_from_slice(&page.fd.to_le_bytes());
         m[16..24].copy_from_slice(&page.serial.to_le_bytes());
         m[24..32].copy_from_slice(&page.size.to_le_bytes());
+        let (sends, recvs) = counts(reqs, p);
+        m[12..14].copy_from_slice(&(sends as u16).to_le_bytes());
+        m[14..16].copy_from_slice(&(recvs as u16).to_le_bytes());
+        let mut failed = false;
         for req in entries_for(reqs, p) {
             let mut e = [0u8; ENTRY_BYTES];
             let bytes = req.count * req.dtype.size();
@@ -330,8 +407,9 @@ fn exchange(
                 match ipc::export(buf) {
                     Ok(x) => x.encode(&mut e[..ipc::EXPORT_BYTES]),
                     Err(err) => {
+                        log::info!(target: "P2P", "device send/receive with rank {p}: {err}");
                         m[4] = 1;
-                        unexported.get_or_insert(err);
+                        failed = true;
                     }
                 }
             }
@@ -343,6 +421,7 @@ fn exchange(
         let expect = reqs.iter().filter(|r| peer_of(r) == p).count();
         theirs.push(vec![0u8; HEADER_BYTES + expect * ENTRY_BYTES]);
         mine.push(m);
+        unexported.push(failed);
     }
     let host = |op: CollOp, send: *const u8, recv: *mut u8, count: usize| OpRequest {
         op,
@@ -363,7 +442,23 @@ fn exchange(
         host_reqs.push(host(CollOp::Send { peer: p }, m.as_ptr(), std::ptr::null_mut(), m.len()));
         host_reqs.push(host(CollOp::Recv { peer: p }, std::ptr::null(), t.as_mut_ptr(), t.len()));
     }
+    let timed = log::log_enabled!(target: "P2P", log::Level::Trace).then(std::time::Instant::now);
     super::run(&[(comm.clone(), host_reqs)])?;
+    if let Some(t) = timed {
+        log::trace!(target: "P2P", "device send/receive: host messages {} us", t.elapsed().as_micros());
+    }
+    for (&p, t) in peers.iter().zip(&theirs) {
+        let their = |a: usize| u16::from_le_bytes([t[a], t[a + 1]]) as usize;
+        let (sends, recvs) = counts(reqs, p);
+        if (their(12), their(14)) != (recvs, sends) {
+            return Err(Error::invalid_usage(format!(
+                "this rank's group has {sends} sends to rank {p} and {recvs} receives from it; rank {p}'s has {} \
+                 receives from this rank and {} sends to it",
+                their(14),
+                their(12)
+            )));
+        }
+    }
     Ok((theirs, unexported))
 }
 
@@ -407,28 +502,18 @@ struct Step {
     second: u64,
 }
 
-/// Queues the flag writes, the copies and the waits on the stream. The line of a pair (s -> d)
+/// Queues the flag writes, the copies and the waits on the requests' streams (each stream in
+/// the order of its first request, all three steps per stream). The line of a pair (s -> d)
 /// lives in d's inbox; with a push, d writes "buffer ready" and s "delivered"; with a pull, s
 /// writes "buffer ready" and d "consumed". A failure still writes and waits the flags a peer's
 /// stream waits on, so that no stream waits for ever.
-fn queue(
-    comm: &Arc<Comm>,
-    st: &P2pState,
-    reqs: &[OpRequest],
-    peers: &[usize],
-    messages: &[Vec<u8>],
-    stream: Stream,
-    unexported: Option<Error>,
-) -> Result<()> {
+fn queue(comm: &Arc<Comm>, st: &P2pState, reqs: &[OpRequest], peers: &[usize], messages: &[Vec<u8>]) -> Result<()> {
     let me = comm.rank;
     let mut first_error: Option<Error> = None;
     let mut note = |e: Error| {
         log::warn!(target: "P2P", "device send/receive: {e}");
         first_error.get_or_insert(e);
     };
-    if let Some(e) = unexported {
-        note(e);
-    }
     // Sequence numbers of this group's messages, per request.
     let mut seq = vec![0u32; reqs.len()];
     {
@@ -473,34 +558,56 @@ fn queue(
             Err(e) => note(e),
         }
     }
-    // 1. Buffers ready: what the copiers wait for.
-    let ready: Vec<FlagOp> = steps.iter().filter(|s| !s.copies).map(|s| FlagOp::Write(s.first, seq[s.i])).collect();
-    stream.flag_ops(&ready, false)?;
-    // 2. Copies: wait for the other ranks' buffers, copy, tell them (each step one batch of
-    // flag operations: the other ranks wrote theirs first thing, so waiting for all costs
-    // nothing, and every flag batch is a driver call).
-    let copiers: Vec<&Step> = steps.iter().filter(|s| s.copies).collect();
-    let waits: Vec<FlagOp> = copiers.iter().map(|s| FlagOp::WaitGeq(s.first, seq[s.i])).collect();
-    stream.flag_ops(&waits, false)?;
-    for s in &copiers {
-        if let Err(e) = copy(&reqs[s.i], s.peer, msg_of(s.peer), position(s.i), stream) {
-            note(e);
+    let mut streams: Vec<Stream> = Vec::new();
+    for r in reqs {
+        if !streams.contains(&r.stream) {
+            streams.push(r.stream);
         }
     }
-    let told: Vec<FlagOp> = copiers.iter().map(|s| FlagOp::Write(s.second, seq[s.i])).collect();
-    stream.flag_ops(&told, false)?;
-    // 3. Wait for the copiers. The sizes are checked on this side too, so that both fail.
-    let mut waits = Vec::new();
-    for s in steps.iter().filter(|s| !s.copies) {
-        let r = &reqs[s.i];
-        match entry(msg_of(s.peer), position(s.i)) {
-            Ok((_, theirs)) if theirs != r.count * r.dtype.size() => note(size_mismatch(r, s.peer, theirs)),
-            Ok(_) => {}
-            Err(e) => note(e),
+    for stream in streams {
+        let steps: Vec<&Step> = steps.iter().filter(|s| reqs[s.i].stream == stream).collect();
+        // 1. Buffers ready: what the copiers wait for.
+        let ready: Vec<FlagOp> = steps.iter().filter(|s| !s.copies).map(|s| FlagOp::Write(s.first, seq[s.i])).collect();
+        stream.flag_ops(&ready, false)?;
+        // 2. Copies: wait for the other ranks' buffers, copy, tell them (each step one batch
+        // of flag operations: the other ranks wrote theirs first thing, so waiting for all
+        // costs nothing, and every flag batch is a driver call).
+        let copiers: Vec<&&Step> = steps.iter().filter(|s| s.copies).collect();
+        let waits: Vec<FlagOp> = copiers.iter().map(|s| FlagOp::WaitGeq(s.first, seq[s.i])).collect();
+        let timed = log::log_enabled!(target: "P2P", log::Level::Trace).then(std::time::Instant::now);
+        stream.flag_ops(&waits, false)?;
+        let waited = timed.map(|t| t.elapsed());
+        for s in &copiers {
+            if let Err(e) = copy(&reqs[s.i], s.peer, msg_of(s.peer), position(s.i), stream) {
+                note(e);
+            }
         }
-        waits.push(FlagOp::WaitGeq(s.second, seq[s.i]));
+        let copied = timed.map(|t| t.elapsed());
+        let told: Vec<FlagOp> = copiers.iter().map(|s| FlagOp::Write(s.second, seq[s.i])).collect();
+        stream.flag_ops(&told, false)?;
+        if let (Some(t), Some(w), Some(c)) = (timed, waited, copied) {
+            log::trace!(
+                target: "P2P",
+                "device send/receive: {} copies: waits queued {} us, copies {} us, writes {} us",
+                copiers.len(),
+                w.as_micros(),
+                (c - w).as_micros(),
+                (t.elapsed() - c).as_micros()
+            );
+        }
+        // 3. Wait for the copiers. The sizes are checked on this side too, so that both fail.
+        let mut waits = Vec::new();
+        for s in steps.iter().filter(|s| !s.copies) {
+            let r = &reqs[s.i];
+            match entry(msg_of(s.peer), position(s.i)) {
+                Ok((_, theirs)) if theirs != r.count * r.dtype.size() => note(size_mismatch(r, s.peer, theirs)),
+                Ok(_) => {}
+                Err(e) => note(e),
+            }
+            waits.push(FlagOp::WaitGeq(s.second, seq[s.i]));
+        }
+        stream.flag_ops(&waits, false)?;
     }
-    stream.flag_ops(&waits, false)?;
     if let Some(e) = first_error {
         comm.set_async_error(&e);
         return Err(e);

@@ -288,20 +288,41 @@ pub fn applies_per_communicator(ops: &[(Arc<Comm>, OpRequest)]) -> Option<Vec<(A
 }
 
 /// Queues each communicator's operations of a group ([`applies_per_communicator`]), each on a
-/// thread of its own with the communicator's device current: a communicator's call waits on
-/// the host for its other ranks to reach it, and those may be the very communicators this
-/// thread would submit next. Ranks that are threads of one process order their streams'
-/// flag operations among themselves (`local_order`), as rank threads do.
+/// thread of its own ([`on_own_threads`]). Ranks that are threads of one process order their
+/// streams' flag operations among themselves (`local_order`), as rank threads do.
 pub fn submit_each(per_comm: Vec<(Arc<Comm>, Vec<OpRequest>)>) -> Result<()> {
-    let results: Vec<Result<()>> = std::thread::scope(|scope| {
+    on_own_threads(per_comm, submit).into_iter().collect()
+}
+
+/// Runs `f` for each communicator's operations of a group, each on a scoped thread of its own
+/// with the context of its operations' stream current: a communicator's call waits on the host
+/// for its other ranks to reach it, and those may be the very communicators this thread would
+/// submit next (one thread driving several ranks, as after `ncclCommInitAll`). Operations on
+/// `cudaStreamPerThread` cannot move to another thread (the handle names that thread's own
+/// stream) and fail with the reason.
+pub(super) fn on_own_threads<T: Send>(
+    per_comm: Vec<(Arc<Comm>, Vec<OpRequest>)>,
+    f: impl Fn(&Arc<Comm>, &[OpRequest]) -> Result<T> + Sync,
+) -> Vec<Result<T>> {
+    let f = &f;
+    std::thread::scope(|scope| {
         let handles: Vec<_> = per_comm
             .into_iter()
             .map(|(comm, reqs)| {
                 scope.spawn(move || {
-                    let ctx = crate::cuda::driver::primary_context(comm.cuda_dev)
-                        .ok_or_else(|| Error::internal(format!("no CUDA context for device {}", comm.cuda_dev)))?;
+                    if reqs.iter().any(|r| r.stream == Stream::PER_THREAD) {
+                        return Err(Error::invalid_usage(
+                            "a group over several communicators cannot use cudaStreamPerThread: pass each \
+                             communicator's own stream",
+                        ));
+                    }
+                    let ctx = match reqs.first().map(|r| r.stream) {
+                        Some(s) if s.0 > 2 => s.context()?,
+                        _ => crate::cuda::driver::primary_context(comm.cuda_dev)
+                            .ok_or_else(|| Error::internal(format!("no CUDA context for device {}", comm.cuda_dev)))?,
+                    };
                     crate::cuda::driver::make_current(ctx)?;
-                    submit(&comm, &reqs)
+                    f(&comm, &reqs)
                 })
             })
             .collect();
@@ -309,8 +330,7 @@ pub fn submit_each(per_comm: Vec<(Arc<Comm>, Vec<OpRequest>)>) -> Result<()> {
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|_| Err(Error::internal("a group submission thread panicked"))))
             .collect()
-    });
-    results.into_iter().collect()
+    })
 }
 
 /// The communicator's page, set up on first use (a collective step: every rank calls this at
@@ -704,7 +724,7 @@ pub fn release_streams(comm: &Comm) {
     // Sequence flags jump far ahead of every operation this rank queued (a wait is a cyclic
     // comparison, so half the number space ahead passes them all).
     let ahead = g.submitted.load(Ordering::Acquire).wrapping_add(1 << 30);
-    let released = crate::cuda::stream::private_stream().and_then(|s| {
+    let released = crate::cuda::stream::private_stream_on(comm.cuda_dev).and_then(|s| {
         s.fill32(g.flag_addr(comm.rank, Word::Done), 1, 1)?;
         s.fill32(g.flag_addr(comm.rank, Word::DoneSeq), ahead, 1)?;
         if comm.rank == 0 {

@@ -321,12 +321,11 @@ fn wait_ready(shared: &Shared, job: &Job) -> Result<()> {
 /// queued on their streams; host-buffer operations in the same group make it wait for all.
 pub fn submit(ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<()> {
     // Sends and receives between GPUs that reach each other go first, on every rank alike.
-    let (direct, ops) = super::device_p2p::split(ops)?;
-    if let Some((comm, _)) = direct.first() {
+    let (direct, mut ops) = super::device_p2p::split(ops)?;
+    if !direct.is_empty() {
         drain_current_thread();
-        let comm = comm.clone();
-        let reqs: Vec<OpRequest> = direct.into_iter().map(|(_, r)| r).collect();
-        super::device_p2p::submit(&comm, &reqs)?;
+        // Pairs whose buffers CUDA IPC cannot share come back, to be staged on both sides.
+        ops.extend(super::device_p2p::submit_all(direct)?);
     }
     if ops.is_empty() {
         return Ok(());

@@ -60,6 +60,11 @@ fn run_probe() -> std::result::Result<Probe, String> {
     Ok(Probe { devices, driver_version })
 }
 
+/// The number of devices this process sees (0 without CUDA).
+pub fn device_count() -> i32 {
+    probe().map_or(0, |p| p.devices)
+}
+
 /// Whether CUDA can be used in this process (probed once).
 pub fn available() -> bool {
     probe().is_some()
@@ -129,11 +134,20 @@ pub fn primary_context(dev: i32) -> Option<Context> {
     if !available() {
         return None;
     }
+    // One reference per device for the process's life (as the runtime keeps its own), not one
+    // per call.
+    static RETAINED: Mutex<Vec<(i32, usize)>> = Mutex::new(Vec::new());
+    let mut retained = RETAINED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(&(_, ctx)) = retained.iter().find(|(d, _)| *d == dev) {
+        return Some(Context(ctx as sys::CUcontext));
+    }
     let mut ctx: sys::CUcontext = std::ptr::null_mut();
-    // SAFETY: the probe succeeded; out-pointer is a live local. The reference taken is kept for
-    // the process's life, as the runtime keeps its own.
+    // SAFETY: the probe succeeded; out-pointer is a live local.
     let res = unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) };
-    (res == sys::CUresult::CUDA_SUCCESS && !ctx.is_null()).then_some(Context(ctx))
+    (res == sys::CUresult::CUDA_SUCCESS && !ctx.is_null()).then(|| {
+        retained.push((dev, ctx as usize));
+        Context(ctx)
+    })
 }
 
 /// Whether device `dev` can map and use memory of device `peer` (the same device, or peer access

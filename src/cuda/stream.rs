@@ -21,6 +21,19 @@ impl Stream {
         self.0 as sys::CUstream
     }
 
+    /// The per-thread default stream's handle (`cudaStreamPerThread`): a different stream on
+    /// every thread.
+    pub const PER_THREAD: Stream = Stream(2);
+
+    /// The context the stream belongs to (the current one for the legacy default stream's
+    /// handles 0 and 1).
+    pub fn context(self) -> Result<crate::cuda::driver::Context> {
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: the stream is the caller's (or a default stream's handle); out-pointer is live.
+        check(unsafe { sys::cuStreamGetCtx(self.raw(), &mut ctx) }, "cuStreamGetCtx")?;
+        Ok(crate::cuda::driver::Context(ctx))
+    }
+
     /// Whether the stream is being captured into a CUDA graph.
     pub fn is_capturing(self) -> Result<bool> {
         let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
@@ -153,6 +166,17 @@ impl Stream {
         // SAFETY: the stream handle is the caller's.
         check(unsafe { sys::cuStreamSynchronize(self.raw()) }, "cuStreamSynchronize")
     }
+}
+
+/// [`private_stream`] from a thread that may have no current context (an abort from a
+/// watchdog thread): device `dev`'s primary context is made current first when none is.
+pub fn private_stream_on(dev: i32) -> Result<Stream> {
+    if super::driver::current_context().is_none() {
+        if let Some(ctx) = super::driver::primary_context(dev) {
+            super::driver::make_current(ctx)?;
+        }
+    }
+    private_stream()
 }
 
 /// ferroccl's own non-blocking stream of the current context (created once per context and

@@ -61,7 +61,10 @@ pub fn round_up(size: usize, granularity: usize) -> usize {
     size.max(1).div_ceil(granularity) * granularity
 }
 
-/// Maps `handle` (`size` bytes) at a fresh address readable and writable by `device`.
+/// Maps `handle` (`size` bytes) at a fresh address readable and writable by `device` and by
+/// every device of this process that reaches it by peer access (as NCCL's `ncclMemAlloc`
+/// does): ranks of one process on several GPUs use each other's buffers directly, and peer
+/// access enabled on contexts does not cover this memory.
 fn map(handle: sys::CUmemGenericAllocationHandle, size: usize, granularity: usize, device: i32) -> Result<u64> {
     let mut ptr: sys::CUdeviceptr = 0;
     // SAFETY: out-pointer is a live local; size and alignment are multiples of the granularity.
@@ -72,12 +75,18 @@ fn map(handle: sys::CUmemGenericAllocationHandle, size: usize, granularity: usiz
         unsafe { sys::cuMemAddressFree(ptr, size) };
         return Err(e);
     }
-    let access = sys::CUmemAccessDesc {
-        location: sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: device },
+    let desc = |id: i32| sys::CUmemAccessDesc {
+        location: sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id },
         flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
     };
-    // SAFETY: ptr..ptr+size is mapped above; access is one live descriptor.
-    if let Err(e) = check(unsafe { sys::cuMemSetAccess(ptr, size, &access, 1) }, "cuMemSetAccess") {
+    let mut access = vec![desc(device)];
+    access.extend(
+        (0..super::driver::device_count())
+            .filter(|&other| other != device && super::driver::can_access_peer(other, device))
+            .map(desc),
+    );
+    // SAFETY: ptr..ptr+size is mapped above; access is a live array of that many descriptors.
+    if let Err(e) = check(unsafe { sys::cuMemSetAccess(ptr, size, access.as_ptr(), access.len()) }, "cuMemSetAccess") {
         // SAFETY: mapped and reserved above, undone once.
         unsafe {
             sys::cuMemUnmap(ptr, size);

@@ -604,8 +604,37 @@ fn device_p2p(rank: usize, n: usize, comm: ncclComm_t) {
     sync(stream);
     assert_eq!(got_a.download(), values(from, c1, 1.0), "an empty message leaves the buffer alone");
 
+    // Each send and receive is decided on its own: a group whose first call is an all-reduce on
+    // another stream still moves its messages directly, matching the peer's.
+    let other_stream = new_stream();
+    let (moved, reduced2) = (DevBuf::new(c1), DevBuf::new(64));
+    check(ncclGroupStart(), "group start");
+    check(ncclAllReduce(ar_in.p(), reduced2.p(), 64, F32, ncclRedOp_t(0), comm, stream), "allreduce first");
+    check(ncclSend(a.p(), c1, F32, to as i32, comm, other_stream), "send on another stream");
+    check(ncclRecv(moved.p(), c1, F32, from as i32, comm, other_stream), "recv on another stream");
+    check(ncclGroupEnd(), "group end");
+    sync(stream);
+    sync(other_stream);
+    assert_eq!(moved.download(), values(from, c1, 1.0), "message on a second stream");
+    assert_eq!(reduced2.download(), vec![sum; 64], "all-reduce on the first stream");
+
     if std::env::var_os("NCCL_P2P_DISABLE").is_some() {
         return;
+    }
+    if n == 2 {
+        // Groups that do not match (two sends against a receive and a send, messages of equal
+        // length): refused on both sides before anything is queued.
+        ncclGroupStart();
+        if rank == 0 {
+            ncclSend(a.p(), c1, F32, 1, comm, stream);
+            ncclSend(a.p(), c1, F32, 1, comm, stream);
+        } else {
+            ncclRecv(got_a.p(), c1, F32, 0, comm, stream);
+            ncclSend(a.p(), c1, F32, 0, comm, stream);
+        }
+        let r = ncclGroupEnd();
+        assert_eq!(r, ncclResult_t::ncclInvalidUsage, "mismatched groups");
+        sync(stream);
     }
     ncclGroupStart();
     ncclSend(a.p(), c1, F32, to as i32, comm, stream);
