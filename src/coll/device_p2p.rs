@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use super::{CollOp, OpRequest};
 use crate::comm::Comm;
 use crate::cuda::ipc;
-use crate::cuda::memory::{MemKind, Registered};
+use crate::cuda::memory::Registered;
 use crate::cuda::stream::{Event, FlagOp, Stream};
 use crate::error::{Error, Result};
 use crate::transport::peer_mem::{self, PeerMaps, SharedRef};
@@ -423,20 +423,9 @@ fn exchange(comm: &Arc<Comm>, st: &P2pState, reqs: &[OpRequest], peers: &[usize]
         mine.push(m);
         unexported.push(failed);
     }
-    let host = |op: CollOp, send: *const u8, recv: *mut u8, count: usize| OpRequest {
-        op,
-        send,
-        recv,
-        count,
-        dtype: crate::types::DataType::Uint8,
-        reduction: None,
-        mem: MemKind::Host,
-        stream: Stream(0),
-        pre_device: None,
-        // A device call's exchange: a peer that passed host buffers to its matching call is
-        // told so by the signature instead of being matched against these bytes.
-        device_call: true,
-    };
+    // A device call's exchange: a peer that passed host buffers to its matching call is told so
+    // by the signature instead of being matched against these bytes.
+    let host = super::one_gpu::host_request;
     let mut host_reqs = Vec::with_capacity(2 * peers.len());
     for ((&p, m), t) in peers.iter().zip(&mine).zip(theirs.iter_mut()) {
         host_reqs.push(host(CollOp::Send { peer: p }, m.as_ptr(), std::ptr::null_mut(), m.len()));
@@ -667,6 +656,7 @@ fn copy(r: &OpRequest, peer: usize, msg: &[u8], position: usize, stream: Stream)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cuda::memory::MemKind;
 
     fn req(op: CollOp) -> OpRequest {
         OpRequest {

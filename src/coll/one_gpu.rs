@@ -816,7 +816,8 @@ fn host_broadcast(comm: &Arc<Comm>, buf: &mut [u8]) -> Result<()> {
     super::run_one(comm, &req)
 }
 
-fn host_request(op: CollOp, send: *const u8, recv: *mut u8, count: usize) -> OpRequest {
+/// A host-buffer exchange that belongs to a device call (`device_call` set).
+pub(super) fn host_request(op: CollOp, send: *const u8, recv: *mut u8, count: usize) -> OpRequest {
     OpRequest {
         op,
         send,

@@ -865,6 +865,32 @@ fn large_staged_collectives(rank: usize, n: usize, comm: ncclComm_t) {
     }
 }
 
+/// Holds `stream` on a pinned word until it is set to 1 ([`abort_and_release`] sets it).
+fn hold_stream(raw: sys::CUstream) -> ferroccl::cuda::memory::Pinned {
+    let p = ferroccl::cuda::memory::Pinned::new(4).expect("pinned flag");
+    let dev = p.device_ptr().expect("flag address");
+    // SAFETY: a live pinned word; the stream waits until it is 1.
+    cu(unsafe { sys::cuStreamWaitValue32_v2(raw, dev, 1, 0) }, "cuStreamWaitValue32");
+    p
+}
+
+/// Aborts `comm`, lifts this rank's own hold (if any), and returns how long its stream took to
+/// finish after the abort.
+fn abort_and_release(
+    comm: ncclComm_t,
+    stream: *mut c_void,
+    hold: Option<&ferroccl::cuda::memory::Pinned>,
+) -> std::time::Duration {
+    let t = std::time::Instant::now();
+    check(ferroccl::ffi::init::ncclCommAbort(comm), "abort");
+    if let Some(p) = hold {
+        // SAFETY: the pinned word is live; the GPU only reads it.
+        unsafe { (p.as_ptr() as *mut u32).write_volatile(1) };
+    }
+    sync(stream);
+    t.elapsed()
+}
+
 /// Two processes: rank 1's stream is held (before its receive) by a flag nobody sets, so rank
 /// 0's stream waits in its send for rank 1's buffer; both abort, and both streams must finish
 /// within a second.
@@ -879,13 +905,7 @@ fn abort_releases_device_send(rank: usize, comm: ncclComm_t) {
     check(ncclRecv(theirs.p(), count, F32, peer as i32, comm, stream), "warm-up recv");
     check(ncclGroupEnd(), "group end");
     sync(stream);
-    let flag = (rank == 1).then(|| {
-        let p = ferroccl::cuda::memory::Pinned::new(4).expect("pinned flag");
-        let dev = p.device_ptr().expect("flag address");
-        // SAFETY: a live pinned word; the stream waits until it is 1.
-        cu(unsafe { sys::cuStreamWaitValue32_v2(raw, dev, 1, 0) }, "cuStreamWaitValue32");
-        p
-    });
+    let flag = (rank == 1).then(|| hold_stream(raw));
     if rank == 0 {
         check(ncclSend(mine.p(), count, F32, 1, comm, stream), "held send");
     } else {
@@ -895,14 +915,7 @@ fn abort_releases_device_send(rank: usize, comm: ncclComm_t) {
     // SAFETY: the stream is live.
     let pending = unsafe { sys::cuStreamQuery(raw) };
     assert_eq!(pending, sys::CUresult::CUDA_ERROR_NOT_READY, "rank {rank}: the held send or receive finished");
-    let t = std::time::Instant::now();
-    check(ferroccl::ffi::init::ncclCommAbort(comm), "abort");
-    if let Some(p) = &flag {
-        // SAFETY: the pinned word is live; the GPU only reads it.
-        unsafe { (p.as_ptr() as *mut u32).write_volatile(1) };
-    }
-    sync(stream);
-    let released = t.elapsed();
+    let released = abort_and_release(comm, stream, flag.as_ref());
     assert!(released < std::time::Duration::from_secs(1), "rank {rank}: stream released after {released:?}");
     println!("rank {rank}: stream released {released:?} after ncclCommAbort");
     // The other process's stream may still copy into this one's buffer: outlive it.
@@ -944,16 +957,7 @@ fn abort_releases_streams_waiting_on_device_operations() {
                 // A warm-up operation sets the communicator's device path up.
                 check(ncclAllReduce(send.p(), recv.p(), count, F32, ncclRedOp_t(0), comm, stream), "warm-up");
                 sync(stream);
-                let flag = if rank == 0 {
-                    let p = ferroccl::cuda::memory::Pinned::new(4).expect("pinned flag");
-                    let dev = p.device_ptr().expect("flag address");
-                    // SAFETY: a live pinned word; the stream waits until it is 1.
-                    let r = unsafe { sys::cuStreamWaitValue32_v2(raw, dev, 1, 0) };
-                    cu(r, "cuStreamWaitValue32");
-                    Some(p)
-                } else {
-                    None
-                };
+                let flag = (rank == 0).then(|| hold_stream(raw));
                 check(ncclAllReduce(send.p(), recv.p(), count, F32, ncclRedOp_t(0), comm, stream), "held all-reduce");
                 std::thread::sleep(std::time::Duration::from_millis(200));
                 // SAFETY: the stream is live.
@@ -962,14 +966,7 @@ fn abort_releases_streams_waiting_on_device_operations() {
                 if rank == 0 {
                     std::thread::sleep(std::time::Duration::from_millis(300));
                 }
-                let t = std::time::Instant::now();
-                check(ferroccl::ffi::init::ncclCommAbort(comm), "abort");
-                if let Some(p) = &flag {
-                    // SAFETY: the pinned word is live; the GPU only reads it.
-                    unsafe { (p.as_ptr() as *mut u32).write_volatile(1) };
-                }
-                sync(stream);
-                let released = t.elapsed();
+                let released = abort_and_release(comm, stream, flag.as_ref());
                 through.wait();
                 assert!(
                     released < std::time::Duration::from_secs(1),
