@@ -17,13 +17,15 @@
 //! a pair's sends and receives in call order). Before queuing, each pair of ranks exchanges
 //! one host message per direction per group: the process id, its inbox page, and for every
 //! send and receive of the group between the two, the buffer's export and byte count. Each
-//! side checks the other's counts, so a mismatch fails on both sides instead of overrunning a
-//! buffer. Every rank queues its pairs' flag writes first, then its sends, then its waits, so
-//! two ranks sending to each other never wait on each other.
+//! side checks the other's numbers of sends and receives and their sizes, so a mismatch fails
+//! on both sides instead of overrunning a buffer or waiting for ever. A pair where either rank
+//! could not export a buffer is staged on both sides. Every rank queues, per stream, its
+//! pairs' flag writes first, then its copies, then its waits, so two ranks sending to each
+//! other never wait on each other.
 //!
-//! Which pairs take this path depends only on what both ranks of the pair agree on (their
-//! GPUs and what each reaches, their processes, the operation kind, NCCL_P2P_DISABLE), so the
-//! two always choose alike; the rest of a group keeps its path.
+//! Which sends and receives take this path depends only on what both ranks of a pair agree on
+//! (their GPUs and what each reaches, their processes, device buffers, NCCL_P2P_DISABLE), each
+//! decided on its own, so the two always choose alike; the rest of a group keeps its path.
 
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
@@ -39,8 +41,9 @@ use crate::transport::peer_mem::{self, PeerMaps, SharedRef};
 
 /// Bytes of a source's line in an inbox: ready, then delivered (u32 each).
 const LINE_BYTES: usize = 8;
-/// The exchange header: pid (4), status (1: this rank could not describe its buffers), 3
-/// zero bytes, then the inbox page: fd (i32, 4 zero bytes), serial, size.
+/// The exchange header: pid (4), status (1: this rank could not export one of the pair's
+/// buffers), 3 zero bytes, the inbox page's fd (i32), this rank's sends to the peer and
+/// receives from it (u16 each), the page's serial and size.
 const HEADER_BYTES: usize = 32;
 /// One buffer in the exchange: its export, then its byte count.
 const ENTRY_BYTES: usize = ipc::EXPORT_BYTES + 8;
