@@ -48,6 +48,12 @@ const HEADER_BYTES: usize = 32;
 /// One buffer in the exchange: its export, then its byte count.
 const ENTRY_BYTES: usize = ipc::EXPORT_BYTES + 8;
 
+/// The GPU address of word `word` (0: ready, 1: delivered or consumed) of source `source`'s
+/// line in an inbox whose GPU address is `inbox`.
+fn word_addr(inbox: u64, source: usize, word: usize) -> u64 {
+    inbox + (source * LINE_BYTES + 4 * word) as u64
+}
+
 /// A group's operations, with their communicators.
 type Ops = Vec<(Arc<Comm>, OpRequest)>;
 
@@ -207,7 +213,7 @@ impl P2pState {
 
     /// The GPU address of source `s`'s ready (0) or delivered (1) word in this rank's inbox.
     fn own_flag(&self, s: usize, word: usize) -> u64 {
-        self.inner.inbox.registration.device_ptr() + (s * LINE_BYTES + 4 * word) as u64
+        word_addr(self.inner.inbox.registration.device_ptr(), s, word)
     }
 
     /// The GPU address of this rank's ready (0) or delivered (1) word in `peer`'s inbox,
@@ -233,7 +239,7 @@ impl P2pState {
         if (me + 1) * LINE_BYTES > page.size as usize {
             return Err(Error::remote(format!("rank {peer}'s point-to-point page is too small")));
         }
-        Ok(inbox.registration.device_ptr() + (me * LINE_BYTES + 4 * word) as u64)
+        Ok(word_addr(inbox.registration.device_ptr(), me, word))
     }
 }
 
@@ -252,7 +258,7 @@ pub fn release_streams(comm: &Comm) {
             s.fill32(st.own_flag(from, 0), ahead(k), 2)?;
         }
         for (to, inbox) in peers.iter() {
-            let line = inbox.registration.device_ptr() + (comm.rank * LINE_BYTES) as u64;
+            let line = word_addr(inbox.registration.device_ptr(), comm.rank, 0);
             s.fill32(line, ahead(sent[*to]), 2)?;
         }
         Ok(())

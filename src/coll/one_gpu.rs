@@ -278,6 +278,11 @@ pub fn applies(ops: &[(Arc<Comm>, OpRequest)]) -> bool {
 /// `ncclCommInitAll`) can run here communicator by communicator: each one's operations as
 /// [`applies`] requires. Returns them grouped, communicators in order of first appearance.
 pub fn applies_per_communicator(ops: &[(Arc<Comm>, OpRequest)]) -> Option<Vec<(Arc<Comm>, Vec<OpRequest>)>> {
+    // Every staged device call asks: one communicator (the common case) without allocating.
+    let (first, _) = ops.first()?;
+    if ops.iter().all(|(c, _)| Arc::ptr_eq(c, first)) {
+        return None;
+    }
     let per_comm = super::by_communicator(ops.to_vec());
     (per_comm.len() > 1
         && per_comm.iter().all(|(c, reqs)| {
