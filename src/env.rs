@@ -225,6 +225,15 @@ pub static PARAMS: &[Param] = &[
          copies (process_vm_readv); unset: chosen per collective and number of ranks",
     ),
     param(
+        "FERROCCL_HUGE_PAGES",
+        Bool,
+        "1",
+        "1: the first time an ordinary buffer of at least 1 MiB of a process rank is reached by its \
+         peers' kernel copies (process_vm_readv/writev), the rank asks the kernel to back the 2 MiB \
+         regions it touches with transparent huge pages (MADV_COLLAPSE): fewer pages for every \
+         copy to pin; 0: never",
+    ),
+    param(
         "FERROCCL_SHARE_HEAP",
         Bool,
         "0",

@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::transport::node_area::{
     BufDesc, Counter, NodeArea, PeerBuf, RING_BYTES, SMALL_BYTES, TINY_BYTES, TINY_DEPTH,
 };
-use crate::transport::{peer_mem, share_heap};
+use crate::transport::{huge_pages, peer_mem, share_heap};
 use crate::wire::OpSig;
 
 /// Largest message (bytes) the one-shot algorithm takes at `nranks` ranks; larger ones go
@@ -543,12 +543,39 @@ impl NodeOp {
         let mut send = BufDesc::of_sharing(self.send, send_len, share_heap);
         send.staged = stage(&send, send_len);
         recv.staged = stage(&recv, recv_len);
+        // Peers in other processes reach the rest of our private buffers by kernel copies,
+        // which pin every page they touch: fewer, larger pages make each copy cheaper.
+        if !area.peers_share_address_space() {
+            let (peers_read_send, peers_write_recv) = self.buffers_peers_reach(area);
+            for (d, p, len, reached) in [
+                (&send, self.send, send_len, peers_read_send),
+                (&recv, self.recv as *const u8, recv_len, peers_write_recv),
+            ] {
+                if reached && !d.staged && d.shared.is_none() && len > 0 {
+                    huge_pages::prepare_for_kernel_copies(p as usize, len);
+                }
+            }
+        }
         self.stage_send = send.staged;
         self.stage_recv = recv.staged;
         area.publish(send, recv, pre, self.bytes);
         self.off = 0;
         // Our own first piece; fixed for all ranks once every rank has published.
         self.piece = if send.staged || recv.staged { self.staged_piece(area) } else { self.bytes };
+    }
+
+    /// Whether peers read this rank's send buffer and write its receive buffer: every
+    /// collective's input but a broadcast receiver's; the outputs of an all-reduce (each rank
+    /// writes its slice of the result everywhere) and of the receiver of a shared 2-process
+    /// broadcast copy ([`NodeOp::split_copy`]). The other outputs only their owner writes.
+    fn buffers_peers_reach(&self, area: &NodeArea) -> (bool, bool) {
+        let me = area.rank();
+        match self.coll {
+            NodeColl::AllReduce(_) => (true, true),
+            NodeColl::Broadcast { root } if root == me => (true, false),
+            NodeColl::Broadcast { .. } => (false, area.nranks() == 2 && self.bytes >= SPLIT_MIN),
+            NodeColl::AllGather | NodeColl::ReduceScatter(_) | NodeColl::Gather { .. } => (true, false),
+        }
     }
 
     /// Numbers the operation, publishes its buffers (and input scalar) and goes to its first
