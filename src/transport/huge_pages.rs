@@ -11,7 +11,8 @@
 //! kernel copies each region into a huge page in place, keeping the addresses, the contents
 //! and the memory private and anonymous, as its khugepaged thread does for any process when
 //! transparent huge pages are `always` on. Best effort: regions the kernel declines (not
-//! anonymous, pinned, no huge page free) stay as they are; older kernels are asked nothing.
+//! anonymous, pinned, no huge page free) stay as they are; older kernels, and hosts whose
+//! administrator set transparent huge pages to `never`, are asked nothing.
 //!
 //! Side effects, bounded: the second use pays the kernel's copy of those regions (about a
 //! memcpy of them; a buffer used once, as a temporary, never does); the two regions at the ends of a buffer may reach past it into the same
@@ -42,12 +43,19 @@ struct Record {
     asked: BTreeSet<usize>,
 }
 
-/// Whether the kernel knows the advice (Linux 6.1+): asked once with an empty range, which
-/// the kernel answers after checking the advice and before looking at any mapping. A
-/// failure later means the region was not eligible (not anonymous memory, say), not this.
+/// Whether to ask at all: not where the administrator turned transparent huge pages off
+/// (`never`, which MADV_COLLAPSE would otherwise override), and only if the kernel knows the
+/// advice (Linux 6.1+): asked once with an empty range, which the kernel answers after
+/// checking the advice and before looking at any mapping. A failure later means the region
+/// was not eligible (not anonymous memory, say), not this.
 fn supported() -> bool {
     static KNOWN: OnceLock<bool> = OnceLock::new();
     *KNOWN.get_or_init(|| {
+        let setting = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+        if setting.contains("[never]") {
+            log::info!(target: "SHM", "SHM: transparent huge pages are off on this host ([never]): buffers keep their pages");
+            return false;
+        }
         // SAFETY: a zero-length range (page-aligned start) touches no memory.
         let rc = unsafe { libc::madvise(HUGE as *mut libc::c_void, 0, libc::MADV_COLLAPSE) };
         if rc != 0 {
