@@ -9,6 +9,9 @@ T0=$(date +%s); R=$OUT/r; mkdir -p $R
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 B=$PWD/.dev/bin/ferroccl-bench
+# First the GPU tests on this build (the last session's final commits only moved code; checked here).
+( LD_LIBRARY_PATH=$PWD/.dev/prefix/lib FERROCCL_TIMEOUT=30 timeout 150 .dev/it cuda --test-threads 1 > $R/it-cuda.txt 2>&1; echo "it cuda rc=$?" )
+grep -E "test result|panicked|FAILED" $R/it-cuda.txt | head -10; el gpu-tests
 for np in 8 16; do for c in all_reduce reduce_scatter all_gather; do for rep in 1 2; do for hp in 0 1; do
   echo "== np $np $c huge $hp rep $rep" >> $R/ab.txt
   timeout 90 mpirun -np $np --bind-to none -x NCCL_SOCKET_IFNAME=lo -x FERROCCL_HUGE_PAGES=$hp -x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=SHM $B $c -b 1M -e 32M -f 2 -n 20 -w 5 > $R/run.txt 2>&1
