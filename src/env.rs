@@ -228,10 +228,10 @@ pub static PARAMS: &[Param] = &[
         "FERROCCL_HUGE_PAGES",
         Bool,
         "1",
-        "1: the first time an ordinary buffer of at least 1 MiB of a process rank is reached by its \
-         peers' kernel copies (process_vm_readv/writev), the rank asks the kernel to back the 2 MiB \
-         regions it touches with transparent huge pages (MADV_COLLAPSE): fewer pages for every \
-         copy to pin; 0: never",
+        "1: from the second time an ordinary buffer (private anonymous memory) of at least 1 MiB of \
+         a process rank is reached by its peers' kernel copies (process_vm_readv/writev), the rank \
+         asks the kernel to back the buffer's 2 MiB regions with transparent huge pages \
+         (MADV_COLLAPSE, at most 64 MiB per collective): fewer pages for every copy to pin; 0: never",
     ),
     param(
         "FERROCCL_SHARE_HEAP",

@@ -546,14 +546,11 @@ impl NodeOp {
         // Peers in other processes reach the rest of our private buffers by kernel copies,
         // which pin every page they touch: fewer, larger pages make each copy cheaper.
         if !area.peers_share_address_space() {
-            let (peers_read_send, peers_write_recv) = self.buffers_peers_reach(area);
-            for (d, p, len, reached) in [
-                (&send, self.send, send_len, peers_read_send),
-                (&recv, self.recv as *const u8, recv_len, peers_write_recv),
-            ] {
-                if reached && !d.staged && d.shared.is_none() && len > 0 {
-                    huge_pages::prepare_for_kernel_copies(p as usize, len);
-                }
+            let (send_reached, recv_reached) = self.bytes_peers_reach(area, send_len, recv_len);
+            let send_range = (!send.staged && send.shared.is_none()).then_some((self.send as usize, send_reached));
+            let recv_range = (!recv.staged && recv.shared.is_none()).then_some((self.recv as usize, recv_reached));
+            for (addr, len) in kernel_copy_ranges(send_range, recv_range) {
+                huge_pages::prepare_for_kernel_copies(addr, len);
             }
         }
         self.stage_send = send.staged;
@@ -564,17 +561,22 @@ impl NodeOp {
         self.piece = if send.staged || recv.staged { self.staged_piece(area) } else { self.bytes };
     }
 
-    /// Whether peers read this rank's send buffer and write its receive buffer: every
-    /// collective's input but a broadcast receiver's; the outputs of an all-reduce (each rank
-    /// writes its slice of the result everywhere) and of the receiver of a shared 2-process
-    /// broadcast copy ([`NodeOp::split_copy`]). The other outputs only their owner writes.
-    fn buffers_peers_reach(&self, area: &NodeArea) -> (bool, bool) {
-        let me = area.rank();
+    /// How many bytes of this rank's send and receive buffers peers read and write (by kernel
+    /// copies, when not staged): every collective's input but a broadcast receiver's; the
+    /// outputs of an all-reduce (each rank writes its slice of the result everywhere) and of
+    /// the receiver of a shared 2-process broadcast copy ([`NodeOp::split_copy`], which it
+    /// publishes with no length: its owner never stages it), predicted here from the root's
+    /// staging rule, which is ours. The other outputs only their owner writes.
+    fn bytes_peers_reach(&self, area: &NodeArea, send_len: usize, recv_len: usize) -> (usize, usize) {
         match self.coll {
-            NodeColl::AllReduce(_) => (true, true),
-            NodeColl::Broadcast { root } if root == me => (true, false),
-            NodeColl::Broadcast { .. } => (false, area.nranks() == 2 && self.bytes >= SPLIT_MIN),
-            NodeColl::AllGather | NodeColl::ReduceScatter(_) | NodeColl::Gather { .. } => (true, false),
+            NodeColl::AllReduce(_) => (send_len, recv_len),
+            NodeColl::Broadcast { root } if root == area.rank() => (send_len, 0),
+            NodeColl::Broadcast { .. } => {
+                let shared_copy = area.nranks() == 2 && self.bytes >= SPLIT_MIN && self.bytes > self.stage_max;
+                (0, if shared_copy { self.bytes } else { 0 })
+            }
+            // (A gather goes one-shot only, through slots: never reached here.)
+            NodeColl::AllGather | NodeColl::ReduceScatter(_) | NodeColl::Gather { .. } => (send_len, 0),
         }
     }
 
@@ -1257,6 +1259,20 @@ fn as_bytes_mut(words: &mut [u64]) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, words.len() * 8) }
 }
 
+/// The ranges (address, length) of this rank's buffers that peers reach by kernel copies,
+/// empty ones left out and overlapping ones (in place) merged, so that a buffer counts once per
+/// operation.
+fn kernel_copy_ranges(send: Option<(usize, usize)>, recv: Option<(usize, usize)>) -> Vec<(usize, usize)> {
+    let mut ranges: Vec<(usize, usize)> = [send, recv].into_iter().flatten().filter(|&(_, len)| len > 0).collect();
+    if let [(a, la), (b, lb)] = ranges[..] {
+        if a < b + lb && b < a + la {
+            let start = a.min(b);
+            ranges = vec![(start, (a + la).max(b + lb) - start)];
+        }
+    }
+    ranges
+}
+
 /// Copies `out.len()` bytes at `off` of a peer's buffer into `out`.
 fn copy_from(from: PeerBuf, off: usize, out: &mut [u8]) -> Result<()> {
     match from {
@@ -1315,6 +1331,15 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
+    }
+
+    #[test]
+    fn in_place_buffers_count_once_for_kernel_copies() {
+        assert_eq!(kernel_copy_ranges(Some((100, 50)), Some((100, 50))), vec![(100, 50)]);
+        assert_eq!(kernel_copy_ranges(Some((120, 10)), Some((100, 50))), vec![(100, 50)]);
+        assert_eq!(kernel_copy_ranges(Some((100, 50)), Some((150, 50))), vec![(100, 50), (150, 50)]);
+        assert_eq!(kernel_copy_ranges(Some((100, 50)), Some((300, 0))), vec![(100, 50)]);
+        assert_eq!(kernel_copy_ranges(None, Some((300, 8))), vec![(300, 8)]);
     }
 
     #[test]

@@ -5,49 +5,74 @@
 //! kernel looks up and pins each page of the range in the owner's page tables; with 4 KiB
 //! pages that is 64 lookups per 256 KiB piece, per peer, and at 8 and 16 ranks those lookups,
 //! not the copies, dominate (bench/results/malloc-allreduce-16core-2026-12-04.md: a malloc'd
-//! 2 MiB all-reduce at 8 ranks took half the time on huge pages). So the second time such a
-//! buffer of at least [`MIN_BYTES`] goes by kernel copies, its owner asks the kernel to back
-//! the 2 MiB regions it touches with huge pages (`madvise(MADV_COLLAPSE)`, Linux 6.1+): the
-//! kernel copies each region into a huge page in place, keeping the addresses, the contents
-//! and the memory private and anonymous, as its khugepaged thread does for any process when
-//! transparent huge pages are `always` on. Best effort: regions the kernel declines (not
-//! anonymous, pinned, no huge page free) stay as they are; older kernels, and hosts whose
-//! administrator set transparent huge pages to `never`, are asked nothing.
+//! 2 MiB all-reduce at 8 ranks took half the time on huge pages). So from the second time
+//! such a buffer of at least [`MIN_BYTES`] goes by kernel copies, its owner asks the kernel to
+//! back the 2 MiB regions of it with huge pages (`madvise(MADV_COLLAPSE)`, Linux 6.1+), at
+//! most [`REGIONS_PER_CALL`] per collective: the kernel copies each
+//! region into a huge page in place, keeping the addresses and the contents, as its khugepaged
+//! thread does for any process when transparent huge pages are `always` on.
 //!
-//! Side effects, bounded: the second use pays the kernel's copy of those regions (about a
-//! memcpy of them; a buffer used once, as a temporary, never does); the two regions at the ends of a buffer may reach past it into the same
-//! mapping, and pages there that were never touched become resident (at most 4 MiB per
-//! buffer). `FERROCCL_HUGE_PAGES=0` turns it off.
+//! Only private anonymous memory (what malloc, the stack and Fortran allocate) is touched, and
+//! only whole regions inside the buffer's own mapping: never shared memory, files or other
+//! mappings. Best effort: regions the kernel declines (pinned, say, or no huge page free) stay
+//! as they are; older kernels, and hosts whose administrator set transparent huge pages to
+//! `never`, are asked nothing.
+//!
+//! Side effects, bounded: the call that uses a buffer the second time pays the kernel's copy
+//! of up to [`REGIONS_PER_CALL`] regions (a buffer used once, as a temporary, never does); the
+//! regions at the two ends of a buffer may reach past it into its mapping, and pages there
+//! that were never touched become resident (at most 4 MiB per buffer).
+//! `FERROCCL_HUGE_PAGES=0` turns it off.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Mutex, OnceLock};
 
-/// The size of a transparent huge page on x86-64 and most aarch64 kernels (PMD size).
-const HUGE: usize = 2 << 20;
+/// The size of a transparent huge page on x86-64 (PMD size); on kernels with another (arm64
+/// with 64 KiB pages) the calls collapse nothing and cost a system call per region, once.
+const HUGE_PAGE_BYTES: usize = 2 << 20;
 /// Smallest buffer worth it: below this the kernel copies of a collective are few, and the
 /// enclosing regions would be mostly other memory.
 pub const MIN_BYTES: usize = 1 << 20;
-/// Ranges seen, newest last (a buffer is asked for on its second use).
-const REMEMBERED: usize = 64;
+/// Buffers remembered (a buffer is asked for on its second use).
+const REMEMBERED: usize = 1024;
 /// Most regions remembered as asked for (128 GiB); the record starts afresh beyond.
 const MAX_REGIONS: usize = 1 << 16;
+/// Most regions asked for in one call (64 MiB): a large buffer is collapsed over several
+/// collectives instead of stalling one, and its peers, for the kernel's copy of all of it.
+const REGIONS_PER_CALL: usize = 32;
+
+/// A buffer's enclosing regions as first seen; `done` once every region was asked for.
+struct SeenBuffer {
+    start: usize,
+    end: usize,
+    done: bool,
+}
 
 /// What this process has asked for.
 #[derive(Default)]
-struct Record {
-    /// Buffers' enclosing regions, as first seen.
-    seen: VecDeque<(usize, usize)>,
+struct CollapseRecord {
+    /// Newest last.
+    seen: VecDeque<SeenBuffer>,
     /// Start of every region asked for, so that a buffer that grows (nccl-tests' sweep over
     /// prefixes of one buffer) asks only for its new regions. A region freed and mapped
     /// again stays here: it is not asked for again (slower, never wrong).
     asked: BTreeSet<usize>,
 }
 
+fn record() -> std::sync::MutexGuard<'static, CollapseRecord> {
+    static RECORD: OnceLock<Mutex<CollapseRecord>> = OnceLock::new();
+    RECORD.get_or_init(|| Mutex::new(CollapseRecord::default())).lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| crate::env::get_bool("FERROCCL_HUGE_PAGES"))
+}
+
 /// Whether to ask at all: not where the administrator turned transparent huge pages off
 /// (`never`, which MADV_COLLAPSE would otherwise override), and only if the kernel knows the
-/// advice (Linux 6.1+): asked once with an empty range, which the kernel answers after
-/// checking the advice and before looking at any mapping. A failure later means the region
-/// was not eligible (not anonymous memory, say), not this.
+/// advice (Linux 6.1+, built with transparent huge pages): asked once with an empty range,
+/// which the kernel answers after checking the advice and before looking at any mapping.
 fn supported() -> bool {
     static KNOWN: OnceLock<bool> = OnceLock::new();
     *KNOWN.get_or_init(|| {
@@ -57,7 +82,7 @@ fn supported() -> bool {
             return false;
         }
         // SAFETY: a zero-length range (page-aligned start) touches no memory.
-        let rc = unsafe { libc::madvise(HUGE as *mut libc::c_void, 0, libc::MADV_COLLAPSE) };
+        let rc = unsafe { libc::madvise(HUGE_PAGE_BYTES as *mut libc::c_void, 0, libc::MADV_COLLAPSE) };
         if rc != 0 {
             log::info!(target: "SHM", "SHM: this kernel does not collapse memory into huge pages (MADV_COLLAPSE)");
         }
@@ -65,94 +90,129 @@ fn supported() -> bool {
     })
 }
 
-fn record() -> std::sync::MutexGuard<'static, Record> {
-    static RECORD: OnceLock<Mutex<Record>> = OnceLock::new();
-    RECORD.get_or_init(|| Mutex::new(Record::default())).lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| crate::env::get_bool("FERROCCL_HUGE_PAGES"))
-}
-
-/// The 2 MiB-aligned regions that `addr..addr + len` touches, or `None` when it is too short.
-fn regions(addr: usize, len: usize) -> Option<(usize, usize)> {
+/// The 2 MiB-aligned range enclosing `addr..addr + len`, or `None` when it is too short.
+fn enclosing_huge_range(addr: usize, len: usize) -> Option<(usize, usize)> {
     if len < MIN_BYTES {
         return None;
     }
-    let start = addr & !(HUGE - 1);
-    let end = addr.checked_add(len)?.checked_next_multiple_of(HUGE)?;
+    let start = addr & !(HUGE_PAGE_BYTES - 1);
+    let end = addr.checked_add(len)?.checked_next_multiple_of(HUGE_PAGE_BYTES)?;
     Some((start, end))
 }
 
-impl Record {
-    /// The runs of regions of `start..end` to ask for now: none on a buffer's first use, then
-    /// those not asked for before (marked asked).
-    fn regions_to_ask(&mut self, start: usize, end: usize) -> Vec<(usize, usize)> {
-        if !self.seen.iter().any(|&(s, e)| s <= start && end <= e) {
-            if self.seen.len() == REMEMBERED {
-                self.seen.pop_front();
+impl CollapseRecord {
+    /// The regions of `start..end` to ask for now: none on a buffer's first use, then up to
+    /// [`REGIONS_PER_CALL`] of those not asked for before (marked asked).
+    fn regions_to_ask(&mut self, start: usize, end: usize) -> Vec<usize> {
+        let within = |b: &SeenBuffer| b.start <= start && end <= b.end;
+        let Some(i) = self.seen.iter().rposition(within) else {
+            // First use, or a part of a buffer asked for already: remember only the former.
+            if (start..end).step_by(HUGE_PAGE_BYTES).any(|r| !self.asked.contains(&r)) {
+                if self.seen.len() == REMEMBERED {
+                    self.seen.pop_front();
+                }
+                self.seen.push_back(SeenBuffer { start, end, done: false });
             }
-            self.seen.push_back((start, end));
+            return Vec::new();
+        };
+        if self.seen[i].done {
             return Vec::new();
         }
-        if self.asked.len() + (end - start) / HUGE > MAX_REGIONS {
+        // Newest last: a buffer in use is not the one evicted.
+        let buf = self.seen.remove(i).unwrap_or(SeenBuffer { start, end, done: false });
+        let missing: Vec<usize> =
+            (buf.start..buf.end).step_by(HUGE_PAGE_BYTES).filter(|r| !self.asked.contains(r)).collect();
+        if missing.len() > MAX_REGIONS {
+            // Larger than the record: never asked for.
+            self.seen.push_back(SeenBuffer { done: true, ..buf });
+            return Vec::new();
+        }
+        if self.asked.len() + missing.len() > MAX_REGIONS {
             self.asked.clear();
+            self.seen.iter_mut().for_each(|b| b.done = false);
         }
-        let mut runs: Vec<(usize, usize)> = Vec::new();
-        for r in (start..end).step_by(HUGE) {
-            if !self.asked.insert(r) {
-                continue;
-            }
-            match runs.last_mut() {
-                Some(run) if run.1 == r => run.1 = r + HUGE,
-                _ => runs.push((r, r + HUGE)),
-            }
-        }
-        runs
+        let now: Vec<usize> = missing.iter().copied().take(REGIONS_PER_CALL).collect();
+        self.asked.extend(&now);
+        self.seen.push_back(SeenBuffer { done: now.len() == missing.len(), ..buf });
+        now
     }
 }
 
-/// Asks the kernel, from a buffer's second use on and once per region, to back this
-/// process's buffer `addr..addr + len` with huge pages because peers are about to reach it by
-/// kernel copies. Never fails: the buffer works the same either way.
+/// Asks the kernel, from a buffer's second use on, to back this process's buffer at `addr`
+/// (`len` bytes) with huge pages because peers are about to reach it by kernel copies. Never
+/// fails: the buffer works the same either way.
 pub fn prepare_for_kernel_copies(addr: usize, len: usize) {
     if !enabled() || !supported() {
         return;
     }
-    let Some((start, end)) = regions(addr, len) else { return };
-    let runs = record().regions_to_ask(start, end);
-    for (lo, hi) in runs {
-        let t0 = std::time::Instant::now();
-        let mut result = collapse(lo, hi);
-        if result == Err(libc::ENOMEM) {
-            // The run reaches past the mapping: keep to the regions inside the buffer.
-            let inner = (lo.max(addr.next_multiple_of(HUGE)), hi.min((addr + len) & !(HUGE - 1)));
-            result = if inner.0 < inner.1 { collapse(inner.0, inner.1) } else { Ok(()) };
+    let Some((start, end)) = enclosing_huge_range(addr, len) else { return };
+    let regions = record().regions_to_ask(start, end);
+    if regions.is_empty() {
+        return;
+    }
+    // Whole regions inside the buffer's own mapping, and only private anonymous memory.
+    let Some((map_start, map_end)) = super::share_heap::private_anonymous_mapping(addr) else {
+        log::debug!(target: "SHM", "SHM: the buffer at {addr:#x} is not private anonymous memory: its pages stay");
+        return;
+    };
+    let t0 = std::time::Instant::now();
+    let mut collapsed = 0;
+    let inside: Vec<usize> =
+        regions.into_iter().filter(|&r| map_start <= r && r + HUGE_PAGE_BYTES <= map_end).collect();
+    for (lo, count) in runs(&inside, per_region_calls()) {
+        match collapse(lo, count) {
+            Ok(()) => collapsed += count,
+            // The mapping refuses huge pages (MADV_NOHUGEPAGE, PR_SET_THP_DISABLE), or none can
+            // be had now: the other regions would fare the same.
+            Err(e @ (libc::EINVAL | libc::ENOMEM | libc::EAGAIN)) => {
+                log::debug!(target: "SHM", "SHM: huge pages at {lo:#x}: {}", std::io::Error::from_raw_os_error(e));
+                break;
+            }
+            Err(e) => {
+                log::debug!(target: "SHM", "SHM: huge pages at {lo:#x}: {}", std::io::Error::from_raw_os_error(e))
+            }
         }
-        match result {
-            Ok(()) => log::info!(
-                target: "SHM",
-                "SHM: {} bytes at {lo:#x} now on huge pages for peers' kernel copies ({} us; FERROCCL_HUGE_PAGES)",
-                hi - lo,
-                t0.elapsed().as_micros()
-            ),
-            Err(e) => log::debug!(
-                target: "SHM",
-                "SHM: huge pages for {} bytes at {lo:#x}: {}",
-                hi - lo,
-                std::io::Error::from_raw_os_error(e)
-            ),
-        }
+    }
+    if collapsed > 0 {
+        log::info!(
+            target: "SHM",
+            "SHM: {} bytes of the buffer at {addr:#x} now on huge pages for peers' kernel copies ({} us; FERROCCL_HUGE_PAGES)",
+            collapsed * HUGE_PAGE_BYTES,
+            t0.elapsed().as_micros()
+        );
     }
 }
 
-/// `madvise(start, end - start, MADV_COLLAPSE)`; the errno on failure.
-fn collapse(start: usize, end: usize) -> Result<(), i32> {
+/// Consecutive regions as (first, count) runs, one call each: every call costs the kernel a
+/// drain of every CPU's page lists, which waits for CPUs busy polling (milliseconds on a
+/// 2-core host whose other core runs a peer). Each region alone where `per_region`.
+fn runs(regions: &[usize], per_region: bool) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for &r in regions {
+        match out.last_mut() {
+            Some((lo, n)) if !per_region && *lo + *n * HUGE_PAGE_BYTES == r => *n += 1,
+            _ => out.push((r, 1)),
+        }
+    }
+    out
+}
+
+/// Linux 6.1 could collapse a range of several regions on past its end, to the end of the
+/// mapping (fixed in 6.2 and in later 6.1 releases, which distributions' version strings do
+/// not tell apart): there, one region per call.
+fn per_region_calls() -> bool {
+    static ONE: OnceLock<bool> = OnceLock::new();
+    *ONE.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/osrelease").map_or(true, |release| release.starts_with("6.1."))
+    })
+}
+
+/// `madvise` of `count` regions from `lo` with MADV_COLLAPSE; the errno on failure.
+fn collapse(lo: usize, count: usize) -> Result<(), i32> {
     // SAFETY: MADV_COLLAPSE changes how the range is backed, never its contents or addresses
     // (the kernel copies each region under its locks, as khugepaged does in the background),
     // and the kernel checks the range itself; no Rust reference depends on the backing.
-    let rc = unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_COLLAPSE) };
+    let rc = unsafe { libc::madvise(lo as *mut libc::c_void, count * HUGE_PAGE_BYTES, libc::MADV_COLLAPSE) };
     if rc == 0 {
         Ok(())
     } else {
@@ -164,39 +224,85 @@ fn collapse(start: usize, end: usize) -> Result<(), i32> {
 mod tests {
     use super::*;
 
+    const H: usize = HUGE_PAGE_BYTES;
+
     #[test]
-    fn regions_enclose_the_buffer_in_whole_huge_pages() {
-        assert_eq!(regions(0x1000, MIN_BYTES - 1), None);
-        assert_eq!(regions(HUGE + 16, 2 * HUGE), Some((HUGE, 4 * HUGE)));
-        assert_eq!(regions(HUGE, HUGE), Some((HUGE, 2 * HUGE)));
-        assert_eq!(regions(usize::MAX - HUGE, HUGE), None);
+    fn enclosing_range_is_whole_huge_pages() {
+        assert_eq!(enclosing_huge_range(0x1000, MIN_BYTES - 1), None);
+        assert_eq!(enclosing_huge_range(H + 16, 2 * H), Some((H, 4 * H)));
+        assert_eq!(enclosing_huge_range(H, H), Some((H, 2 * H)));
+        assert_eq!(enclosing_huge_range(usize::MAX - H, H), None);
     }
 
     #[test]
     fn a_buffer_is_asked_for_on_its_second_use_and_only_its_new_regions_after() {
-        let mut rec = Record::default();
-        let base = 64 * HUGE;
-        assert!(rec.regions_to_ask(base, base + 2 * HUGE).is_empty(), "first use");
-        assert_eq!(rec.regions_to_ask(base, base + 2 * HUGE), vec![(base, base + 2 * HUGE)]);
-        assert!(rec.regions_to_ask(base, base + HUGE).is_empty(), "inside a buffer asked for");
+        let mut rec = CollapseRecord::default();
+        let base = 64 * H;
+        assert!(rec.regions_to_ask(base, base + 2 * H).is_empty(), "first use");
+        assert_eq!(rec.regions_to_ask(base, base + 2 * H), vec![base, base + H]);
+        assert!(rec.regions_to_ask(base, base + 2 * H).is_empty(), "asked once");
+        assert!(rec.regions_to_ask(base, base + H).is_empty(), "inside a buffer asked for");
+        assert_eq!(rec.seen.len(), 1, "a part of a buffer asked for is not remembered");
         // The buffer grows: first use of the larger range, then only the new regions.
-        assert!(rec.regions_to_ask(base, base + 5 * HUGE).is_empty());
-        assert_eq!(rec.regions_to_ask(base, base + 5 * HUGE), vec![(base + 2 * HUGE, base + 5 * HUGE)]);
-        assert!(rec.regions_to_ask(base, base + 5 * HUGE).is_empty());
+        assert!(rec.regions_to_ask(base, base + 5 * H).is_empty());
+        assert_eq!(rec.regions_to_ask(base, base + 5 * H), vec![base + 2 * H, base + 3 * H, base + 4 * H]);
+        assert!(rec.regions_to_ask(base, base + 5 * H).is_empty());
+    }
+
+    #[test]
+    fn a_large_buffer_is_asked_for_a_bounded_number_of_regions_per_call() {
+        let mut rec = CollapseRecord::default();
+        let (start, end) = (1 << 30, (1 << 30) + (REGIONS_PER_CALL * 2 + 3) * H);
+        assert!(rec.regions_to_ask(start, end).is_empty());
+        let mut all = Vec::new();
+        loop {
+            let now = rec.regions_to_ask(start, end);
+            if now.is_empty() {
+                break;
+            }
+            assert!(now.len() <= REGIONS_PER_CALL);
+            all.extend(now);
+        }
+        assert_eq!(all, (start..end).step_by(H).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_buffer_seen_once_is_remembered_across_many_others() {
+        let mut rec = CollapseRecord::default();
+        let first = 1usize << 40;
+        assert!(rec.regions_to_ask(first, first + H).is_empty());
+        for k in 0..REMEMBERED - 1 {
+            let b = (1usize << 41) + k * 4 * H;
+            assert!(rec.regions_to_ask(b, b + H).is_empty());
+        }
+        assert_eq!(rec.regions_to_ask(first, first + H), vec![first], "second use");
+    }
+
+    #[test]
+    fn consecutive_regions_go_in_one_call_unless_one_per_call() {
+        let regions = [4 * H, 5 * H, 6 * H, 9 * H];
+        assert_eq!(runs(&regions, false), vec![(4 * H, 3), (9 * H, 1)]);
+        assert_eq!(runs(&regions, true), vec![(4 * H, 1), (5 * H, 1), (6 * H, 1), (9 * H, 1)]);
     }
 
     #[test]
     fn collapsing_keeps_contents() {
-        // An anonymous private mapping like a malloc'd mmapped chunk, filled before.
-        let len = 3 * HUGE;
+        // Private anonymous memory like a malloc'd mmapped chunk, filled before.
+        let len = 3 * H;
         let v: Vec<u64> = (0..(len / 8) as u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect();
         let addr = v.as_ptr() as usize;
         prepare_for_kernel_copies(addr + 8, len - 16);
         prepare_for_kernel_copies(addr + 8, len - 16);
         assert!(v.iter().enumerate().all(|(i, &x)| x == (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)));
-        if enabled() && supported() {
-            let (start, _) = regions(addr + 8, len - 16).unwrap();
-            assert!(record().asked.contains(&start));
-        }
+    }
+
+    #[test]
+    fn only_private_anonymous_memory_qualifies() {
+        let v = vec![1u8; 4 << 20];
+        let (s, e) = super::super::share_heap::private_anonymous_mapping(v.as_ptr() as usize).expect("malloc'd");
+        assert!(s <= v.as_ptr() as usize && v.as_ptr() as usize + v.len() <= e);
+        let shared = super::super::peer_mem::alloc_shared(4 << 20).expect("shared memory");
+        assert_eq!(super::super::share_heap::private_anonymous_mapping(shared as usize), None);
+        super::super::peer_mem::free_shared(shared);
     }
 }

@@ -161,6 +161,14 @@ pub fn min_bytes() -> Option<usize> {
     })
 }
 
+/// The bounds of the mapping holding `addr` when it is private anonymous memory (malloc'd,
+/// stack, `[heap]`: not shared, no file), else `None`; for [`super::huge_pages`], which must
+/// not change how shared or file memory is backed.
+pub fn private_anonymous_mapping(addr: usize) -> Option<(usize, usize)> {
+    let vma = registry().vma_at(addr)?;
+    (!vma.shared && vma.inode == 0 && vma.dev == (0, 0)).then_some((vma.start, vma.end))
+}
+
 /// The promoted range holding all of `addr..addr+len`, checked to be still mapped as promoted
 /// (a stale record is dropped).
 pub fn locate(addr: usize, len: usize) -> Option<SharedRef> {
