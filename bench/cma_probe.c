@@ -52,6 +52,14 @@ static void cma(int write, pid_t pid, void *local, uint64_t remote, size_t len) 
     }
 }
 
+/* Every other rank's slice of the result, out of that rank's slot into our output. */
+static void copy_out_of_slots(float *out, char **slot, int me, int n, size_t slice) {
+    for (int k = 1; k < n; k++) {
+        int r = (me + k) % n;
+        memcpy((char *)out + (size_t)r * slice, slot[r] + (size_t)r * slice, slice);
+    }
+}
+
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -106,31 +114,18 @@ int main(int argc, char **argv) {
                     int r = (me + k) % n;
                     for (size_t off = 0; off < slice; off += piece) {
                         size_t len = slice - off < piece ? slice - off : piece;
-                        struct iovec l = {scratch, len};
-                        struct iovec rv = {(void *)(uintptr_t)(all[3 * r + 1] + lo + off), len};
-                        if (process_vm_readv((pid_t)all[3 * r], &l, 1, &rv, 1, 0) != (ssize_t)len) {
-                            perror("process_vm_readv");
-                            MPI_Abort(MPI_COMM_WORLD, 1);
-                        }
+                        cma(0, (pid_t)all[3 * r], scratch, all[3 * r + 1] + lo + off, len);
                     }
                 }
                 break;
             case 3:
                 for (int k = 1; k < n; k++) {
                     int r = (me + k) % n;
-                    struct iovec l = {acc, slice};
-                    struct iovec rv = {(void *)(uintptr_t)(all[3 * r + 2] + lo), slice};
-                    if (process_vm_writev((pid_t)all[3 * r], &l, 1, &rv, 1, 0) != (ssize_t)slice) {
-                        perror("process_vm_writev");
-                        MPI_Abort(MPI_COMM_WORLD, 1);
-                    }
+                    cma(1, (pid_t)all[3 * r], acc, all[3 * r + 2] + lo, slice);
                 }
                 break;
             case 4:
-                for (int k = 1; k < n; k++) {
-                    int r = (me + k) % n;
-                    memcpy((char *)out + (size_t)r * slice, slot[r] + (size_t)r * slice, slice);
-                }
+                copy_out_of_slots(out, slot, me, n, slice);
                 break;
             case 5: {
                 size_t m = slice / 4;
@@ -165,10 +160,7 @@ int main(int argc, char **argv) {
                 } else {
                     memcpy(slot[me] + lo, res, slice);
                     MPI_Barrier(MPI_COMM_WORLD);
-                    for (int k = 1; k < n; k++) {
-                        int r = (me + k) % n;
-                        memcpy((char *)out + (size_t)r * slice, slot[r] + (size_t)r * slice, slice);
-                    }
+                    copy_out_of_slots(out, slot, me, n, slice);
                 }
                 break;
             }
@@ -180,10 +172,7 @@ int main(int argc, char **argv) {
                 MPI_Barrier(MPI_COMM_WORLD); /* every rank has read slice `lo` of our slot */
                 memcpy(slot[me] + lo, res, slice);
                 MPI_Barrier(MPI_COMM_WORLD);
-                for (int k = 1; k < n; k++) {
-                    int r = (me + k) % n;
-                    memcpy((char *)out + (size_t)r * slice, slot[r] + (size_t)r * slice, slice);
-                }
+                copy_out_of_slots(out, slot, me, n, slice);
                 break;
             }
             }
