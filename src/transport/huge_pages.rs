@@ -140,20 +140,20 @@ impl CollapseRecord {
 
 /// Asks the kernel, from a buffer's second use on, to back this process's buffer at `addr`
 /// (`len` bytes) with huge pages because peers are about to reach it by kernel copies. Never
-/// fails: the buffer works the same either way.
-pub fn prepare_for_kernel_copies(addr: usize, len: usize) {
+/// fails: the buffer works the same either way. Returns the bytes the kernel collapsed.
+pub fn prepare_for_kernel_copies(addr: usize, len: usize) -> usize {
     if !enabled() || !supported() {
-        return;
+        return 0;
     }
-    let Some((start, end)) = enclosing_huge_range(addr, len) else { return };
+    let Some((start, end)) = enclosing_huge_range(addr, len) else { return 0 };
     let regions = record().regions_to_ask(start, end);
     if regions.is_empty() {
-        return;
+        return 0;
     }
     // Whole regions inside the buffer's own mapping, and only private anonymous memory.
     let Some((map_start, map_end)) = super::share_heap::private_anonymous_mapping(addr) else {
         log::debug!(target: "SHM", "SHM: the buffer at {addr:#x} is not private anonymous memory: its pages stay");
-        return;
+        return 0;
     };
     let t0 = std::time::Instant::now();
     let mut collapsed = 0;
@@ -181,6 +181,7 @@ pub fn prepare_for_kernel_copies(addr: usize, len: usize) {
             t0.elapsed().as_micros()
         );
     }
+    collapsed * HUGE_PAGE_BYTES
 }
 
 /// Consecutive regions as (first, count) runs, one call each: every call costs the kernel a
@@ -285,15 +286,76 @@ mod tests {
         assert_eq!(runs(&regions, true), vec![(4 * H, 1), (5 * H, 1), (6 * H, 1), (9 * H, 1)]);
     }
 
+    /// A private anonymous mapping of `len` bytes (2 MiB-aligned) with inaccessible pages on
+    /// both sides, so that the kernel cannot merge it with a neighbour that another test frees
+    /// (which would split huge pages reaching into it). Unmapped when dropped.
+    struct Fenced {
+        base: *mut u8,
+        total: usize,
+        addr: *mut u8,
+    }
+
+    impl Fenced {
+        fn new(len: usize) -> Fenced {
+            let total = len + 2 * H + 2 * 4096;
+            // SAFETY: a fresh anonymous mapping, ours alone.
+            let base = unsafe {
+                rustix::mm::mmap_anonymous(
+                    std::ptr::null_mut(),
+                    total,
+                    rustix::mm::ProtFlags::empty(),
+                    rustix::mm::MapFlags::PRIVATE,
+                )
+            }
+            .expect("mmap") as *mut u8;
+            let addr = (base as usize + 4096).next_multiple_of(H) as *mut u8;
+            // SAFETY: addr..addr + len lies inside the mapping, at least a page from each end.
+            unsafe {
+                rustix::mm::mprotect(
+                    addr.cast(),
+                    len,
+                    rustix::mm::MprotectFlags::READ | rustix::mm::MprotectFlags::WRITE,
+                )
+            }
+            .expect("mprotect");
+            Fenced { base, total, addr }
+        }
+    }
+
+    impl Drop for Fenced {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made in new, no longer referenced.
+            let _ = unsafe { rustix::mm::munmap(self.base.cast(), self.total) };
+        }
+    }
+
     #[test]
-    fn collapsing_keeps_contents() {
-        // Private anonymous memory like a malloc'd mmapped chunk, filled before.
+    fn collapsing_keeps_contents_and_the_kernel_maps_huge_pages() {
         let len = 3 * H;
-        let v: Vec<u64> = (0..(len / 8) as u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect();
-        let addr = v.as_ptr() as usize;
-        prepare_for_kernel_copies(addr + 8, len - 16);
-        prepare_for_kernel_copies(addr + 8, len - 16);
-        assert!(v.iter().enumerate().all(|(i, &x)| x == (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+        let fenced = Fenced::new(len);
+        // SAFETY: the fenced mapping holds len readable and writable bytes, used by this test only.
+        let v = unsafe { std::slice::from_raw_parts_mut(fenced.addr as *mut u64, len / 8) };
+        let value = |i: usize| (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        v.iter_mut().enumerate().for_each(|(i, x)| *x = value(i));
+        let addr = fenced.addr as usize;
+        assert_eq!(prepare_for_kernel_copies(addr + 8, len - 16), 0, "first use");
+        let collapsed = prepare_for_kernel_copies(addr + 8, len - 16);
+        assert!(v.iter().enumerate().all(|(i, &x)| x == value(i)));
+        if collapsed == 0 {
+            eprintln!("huge pages not available here (disabled, old kernel or none free): contents checked only");
+            return;
+        }
+        assert_eq!(collapsed, len, "every region of the mapping");
+        // The kernel's own account of the mapping.
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let header = format!("{addr:x}-{:x} ", addr + len);
+        let huge_kb = smaps
+            .split_once(&header)
+            .and_then(|(_, rest)| rest.lines().find(|l| l.starts_with("AnonHugePages:")))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|k| k.parse::<usize>().ok())
+            .expect("the mapping in smaps");
+        assert_eq!(huge_kb * 1024, len, "smaps: {huge_kb} kB on huge pages");
     }
 
     #[test]
