@@ -13,9 +13,9 @@
 //!
 //! [`ib`] is the InfiniBand/RoCE network (verbs behind the `ib` feature; its logic is pure and
 //! tested without hardware). Also here: [`socket`] (TCP building blocks the bootstrap uses
-//! too), [`socket_net`], [`shm`],
-//! [`node_area`], [`peer_mem`], [`huge_pages`], [`netif`], and [`exchange`] (the all-gather transports need
-//! from the bootstrap, as a trait, so that they sit below it). Byte layouts are `wire`'s,
+//! too), [`socket_net`], [`shm`], [`node_area`], [`peer_mem`], [`huge_pages`], [`netif`], and
+//! [`exchange`] (the all-gather transports need from the bootstrap, as a trait, so that they
+//! sit below it). Byte layouts are `wire`'s,
 //! reductions applied on receipt are `reduce`'s.
 
 pub mod exchange;
