@@ -33,6 +33,9 @@
 #                  (the binary is then looked up in $CARGO_TARGET_DIR/release)
 #   --keep-logs    keep the raw program outputs (PREFIX-logs/)
 #   --colls LIST   collectives, comma-separated (default all_reduce,all_gather,broadcast,reduce_scatter)
+#   --both-allocs  ferroccl-bench runs twice per repeat, malloc'd buffers then ncclMemAlloc ones:
+#                  the report shows both times, their ratio and issue 15's target (malloc'd
+#                  within 1.25x of ncclMemAlloc's time at every size)
 #   --mem-alloc    ferroccl-bench allocates its buffers with ncclMemAlloc (nccl-tests' way,
 #                  which ranks on one host map and reduce in place) instead of the system
 #                  allocator, which is the default: malloc'd buffers, as ompi_bench and the
@@ -79,6 +82,7 @@ out=""
 timeout_s=900
 fbench=""
 fextra=(--alloc system)
+both_allocs=0
 build=1
 keep_logs=0
 
@@ -104,6 +108,7 @@ while [ $# -gt 0 ]; do
         --keep-logs) keep_logs=1; shift ;;
         --host-alloc) fextra=(--alloc system); shift ;;
         --mem-alloc) fextra=(--alloc nccl); shift ;;
+        --both-allocs) both_allocs=1; fextra=(--alloc system); shift ;;
         --colls) [ $# -ge 2 ] || die "--colls needs a list"; IFS=, read -ra colls <<<"$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) die "unknown argument: $1 (see --help)" ;;
@@ -223,6 +228,7 @@ launch=("$MPIRUN" --oversubscribe --bind-to none -x NCCL_SOCKET_IFNAME=lo)
     echo "git_commit=${GIT_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo '+uncommitted')}"
     echo "ferroccl_bench=$fbench"
     echo "repeat=$repeat"
+    echo "both_allocs=$both_allocs"
     echo "wait_idle=${wait_idle:+$wait_idle% busy, at most ${wait_max}s}"
     echo "loadavg_start=$(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$logs/meta.txt"
@@ -318,6 +324,11 @@ for n in "${nps[@]}"; do
                 run_logged "ferroccl-$tag-seg$k" "${launch[@]}" -np "$n" "$fbench" "$coll" \
                     -b "${seg_b[k]}" -e "${seg_e[k]}" -f "$factor" -n "${seg_n[k]}" -w "${seg_w[k]}" \
                     -c "$check" "${fextra[@]}" -J "$logs/ferroccl-$tag-seg$k.json"
+                if [ "$both_allocs" = 1 ]; then
+                    run_logged "ferroccl_mem-$tag-seg$k" "${launch[@]}" -np "$n" "$fbench" "$coll" \
+                        -b "${seg_b[k]}" -e "${seg_e[k]}" -f "$factor" -n "${seg_n[k]}" -w "${seg_w[k]}" \
+                        -c "$check" --alloc nccl -J "$logs/ferroccl_mem-$tag-seg$k.json"
+                fi
             done
             run_logged "ompi-$tag" "${launch[@]}" -np "$n" "$obench" -C "$coll" \
                 -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" "${ompi_tiers[@]}" \
@@ -393,6 +404,16 @@ for n in nps:
                 if j:
                     fjson.append({k2: v for k2, v in j.items() if k2 != "results"})
                     fres += j.get("results", [])
+            mres = []
+            k = 0
+            while os.path.exists(os.path.join(logs, f"ferroccl_mem-{tag}-seg{k}.cmd")):
+                base = os.path.join(logs, f"ferroccl_mem-{tag}-seg{k}")
+                k += 1
+                rc = read(base + ".rc").strip()
+                if rc != "0":
+                    failures.append(f"ferroccl-bench --alloc nccl {coll} at {n} ranks (repeat {r}): exit status "
+                                    f"{rc or '?'}; output tail:\n{tail(base + '.out')}")
+                mres += (load_json(base + ".json") or {}).get("results", [])
             obase = os.path.join(logs, f"ompi-{tag}")
             busy.append(read(obase + ".busy").strip())
             steal.append(read(obase + ".steal").strip())
@@ -403,7 +424,7 @@ for n in nps:
             oj = load_json(obase + ".json") or {}
             wt = read(os.path.join(logs, f"{tag}.wait")).split()
             reps.append({"wait_idle": {"result": wt[0], "waited_s": int(wt[1]), "busy_pct": int(wt[2])} if len(wt) == 3 else None,
-                         "ferroccl": fres, "ompi": oj.get("results", []), "ferroccl_runs": fjson,
+                         "ferroccl": fres, "ferroccl_mem": mres, "ompi": oj.get("results", []), "ferroccl_runs": fjson,
                          "ompi_run": {k2: v for k2, v in oj.items() if k2 != "results"},
                          "host_busy_pct": [int(x) for x in busy if x],
                          "steal_pct": [int(x) for x in steal if x]})
@@ -418,17 +439,21 @@ for n in nps:
             for c in fc + oc:
                 if c["size"] != ref["size"]:
                     failures.append(f"{coll} at {n} ranks: row {i} sizes differ ({c['size']} vs {ref['size']})")
-            f, o = best(fc), best(oc)
+            mc = [x["ferroccl_mem"][i] for x in reps if i < len(x["ferroccl_mem"])]
+            f, o, m = best(fc), best(oc), best(mc)
             if o:
                 o["iters"], o["warmup_iters"] = oc[0].get("iters"), oc[0].get("warmup_iters")
             ratio = f["oop"]["busbw"] / o["oop"]["busbw"] if (f and o and o["oop"]["busbw"]) else None
             rows.append({
                 "size": ref["size"], "count": ref["count"],
-                "ferroccl": f, "ompi": o,
+                "ferroccl": f, "ompi": o, "ferroccl_mem": m,
                 "busbw_ratio": ratio,
+                "malloc_over_mem_time": (f["oop"]["time_us"] / m["oop"]["time_us"])
+                                        if (f and m and m["oop"]["time_us"]) else None,
                 "busbw_ratio_ip": (f["ip"]["busbw"] / o["ip"]["busbw"]) if (f and o and o["ip"]["busbw"]) else None,
                 "repeats": {"ferroccl_oop_time_us": [c["oop"]["time_us"] for c in fc],
-                            "ompi_oop_time_us": [c["oop"]["time_us"] for c in oc]},
+                            "ompi_oop_time_us": [c["oop"]["time_us"] for c in oc],
+                            "ferroccl_mem_oop_time_us": [c["oop"]["time_us"] for c in mc]},
             })
         runs.append({"nranks": n, "collective": coll, "rows": rows,
                      "host_busy_pct": [b for x in reps for b in x["host_busy_pct"]],
@@ -452,6 +477,19 @@ for n in nps:
             "status": "PASS" if not below else "MISS",
             "detail": f"worst ratio {worst['busbw_ratio']:.2f}x at {fmt_size(worst['size'])}"
                       + (f"; below 1.0x at {', '.join(below)}" if below else ""),
+        })
+    # Malloc'd buffers within 1.25x of ncclMemAlloc ones (issue 15), with --both-allocs.
+    for run in (r for r in runs if r["nranks"] == n):
+        paired = [r for r in run["rows"] if r["malloc_over_mem_time"] is not None and r["count"] > 0]
+        if not paired:
+            continue
+        worst = max(paired, key=lambda r: r["malloc_over_mem_time"])
+        over = [fmt_size(r["size"]) for r in paired if r["malloc_over_mem_time"] > 1.25]
+        targets.append({
+            "name": f"{run['collective']} malloc'd buffers within 1.25x of ncclMemAlloc's time at every size, {n} ranks",
+            "nranks": n, "status": "PASS" if not over else "MISS",
+            "detail": f"worst {worst['malloc_over_mem_time']:.2f}x at {fmt_size(worst['size'])}"
+                      + (f"; above 1.25x at {', '.join(over)}" if over else ""),
         })
     ar = next((r for r in runs if r["nranks"] == n and r["collective"] == "all_reduce"), None)
     if ar is None:
@@ -495,7 +533,10 @@ P(f"- Load average at start / end: {meta.get('loadavg_start')} / {meta.get('load
 P(f"- ferroccl: {meta.get('ferroccl_version')} ({meta.get('ferroccl_bench_version')}), "
   f"git {meta.get('git_commit')}; transport: {meta.get('ferroccl_transport') or 'unknown'}")
 P(f"- ferroccl node area: {meta.get('ferroccl_node_area') or 'none'}; ferroccl-bench buffers from "
-  f"{meta.get('ferroccl_buffers') or '?'}, ompi_bench buffers from malloc")
+  f"{meta.get('ferroccl_buffers') or '?'}"
+  + (" (and, in the columns marked ncclMemAlloc, a second run with ncclMemAlloc buffers)"
+     if meta.get("both_allocs") == "1" else "")
+  + ", ompi_bench buffers from malloc")
 P(f"- Open MPI: {meta.get('ompi_version')} (default MCA settings: pml {meta.get('ompi_pml') or '?'}, "
   f"vader BTL single-copy mechanism {meta.get('ompi_vader_single_copy') or '?'}), "
   f"ompi_bench built with {meta.get('mpicc')}")
@@ -554,12 +595,15 @@ for r in runs:
         P(f"CPU time stolen by the hypervisor during each run (same order): {', '.join(f'{x}%' for x in st)}"
           + (" -- runs with 10% or more were slowed by other guests" if max(st) >= 10 else ""))
         P("")
-    P("| size (B) | ferroccl busbw (GB/s) | Open MPI busbw (GB/s) | ratio | ferroccl time (us) | Open MPI time (us) |")
-    P("|---:|---:|---:|---:|---:|---:|")
+    mem = any(x["ferroccl_mem"] for x in r["rows"])
+    P("| size (B) | ferroccl busbw (GB/s) | Open MPI busbw (GB/s) | ratio | ferroccl time (us) | Open MPI time (us) |"
+      + (" ferroccl ncclMemAlloc time (us) | malloc'd / ncclMemAlloc time |" if mem else ""))
+    P("|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if mem else ""))
     for x in r["rows"]:
-        f, o = x["ferroccl"], x["ompi"]
+        f, o, m = x["ferroccl"], x["ompi"], x["ferroccl_mem"]
         P(f"| {x['size']} | {g(f and f['oop']['busbw'], '.2f')} | {g(o and o['oop']['busbw'], '.2f')} | "
-          f"{g(x['busbw_ratio'], '.2f')} | {g(f and f['oop']['time_us'], '.2f')} | {g(o and o['oop']['time_us'], '.2f')} |")
+          f"{g(x['busbw_ratio'], '.2f')} | {g(f and f['oop']['time_us'], '.2f')} | {g(o and o['oop']['time_us'], '.2f')} |"
+          + (f" {g(m and m['oop']['time_us'], '.2f')} | {g(x['malloc_over_mem_time'], '.2f')} |" if mem else ""))
     P("")
 wrong = [(r["nranks"], r["collective"], x["size"], lib)
          for r in runs for x in r["rows"] for lib in ("ferroccl", "ompi")
