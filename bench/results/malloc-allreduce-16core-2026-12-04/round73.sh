@@ -8,7 +8,7 @@ T0=$(date +%s); R=$OUT/r; mkdir -p $R
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 B=$PWD/.dev/bin/ferroccl-bench
-timeout 420 bench/compare_ompi.sh -np 8,16 --sizes 8:128M --factor 4 --repeat 2 --no-build --ferroccl-bench $B --timeout 120 --out $R/np8-16 > $R/np8-16.txt 2>&1; echo "compare rc=$?"
+timeout 480 bench/compare_ompi.sh -np 8,16 --sizes 8:128M --factor 4 --repeat 2 --both-allocs --no-build --ferroccl-bench $B --timeout 120 --out $R/np8-16 > $R/np8-16.txt 2>&1; echo "compare rc=$?"
 grep -A16 "^## Targets" $R/np8-16.md; el compare
 for np in 8 16; do for c in all_reduce reduce_scatter; do for rep in 1 2; do for hp in 0 1; do
   echo "== np $np $c huge $hp rep $rep" >> $R/ab.txt
