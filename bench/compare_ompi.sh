@@ -382,6 +382,26 @@ def best(cands):
     return {p: min((c[p] for c in cands), key=lambda m: m["time_us"]) for p in ("oop", "ip")}
 
 runs, failures = [], []
+
+def segments(prog, tag, what):
+    """One ferroccl-bench sweep's segments (prog-tag-seg0, 1, ...): their results, run headers,
+    and host busy and steal shares; a failed segment goes to the failures."""
+    res, headers, busy, steal = [], [], [], []
+    k = 0
+    while os.path.exists(os.path.join(logs, f"{prog}-{tag}-seg{k}.cmd")):
+        base = os.path.join(logs, f"{prog}-{tag}-seg{k}")
+        k += 1
+        busy.append(read(base + ".busy").strip())
+        steal.append(read(base + ".steal").strip())
+        rc = read(base + ".rc").strip()
+        if rc != "0":
+            failures.append(f"{what}, `{read(base + '.cmd').strip()}`): "
+                            f"exit status {rc or '?'}; output tail:\n{tail(base + '.out')}")
+        j = load_json(base + ".json")
+        if j:
+            headers.append({k2: v for k2, v in j.items() if k2 != "results"})
+            res += j.get("results", [])
+    return res, headers, busy, steal
 for n in nps:
     for coll in COLLS:
         reps = []
@@ -389,31 +409,8 @@ for n in nps:
         while os.path.exists(os.path.join(logs, f"ompi-{n}-{coll}-r{r}.cmd")):
             tag = f"{n}-{coll}-r{r}"
             r += 1
-            fres, fjson, busy, steal = [], [], [], []
-            k = 0
-            while os.path.exists(os.path.join(logs, f"ferroccl-{tag}-seg{k}.cmd")):
-                base = os.path.join(logs, f"ferroccl-{tag}-seg{k}")
-                k += 1
-                busy.append(read(base + ".busy").strip())
-                steal.append(read(base + ".steal").strip())
-                rc = read(base + ".rc").strip()
-                if rc != "0":
-                    failures.append(f"ferroccl-bench {coll} at {n} ranks (repeat {r}, `{read(base + '.cmd').strip()}`): "
-                                    f"exit status {rc or '?'}; output tail:\n{tail(base + '.out')}")
-                j = load_json(base + ".json")
-                if j:
-                    fjson.append({k2: v for k2, v in j.items() if k2 != "results"})
-                    fres += j.get("results", [])
-            mres = []
-            k = 0
-            while os.path.exists(os.path.join(logs, f"ferroccl_mem-{tag}-seg{k}.cmd")):
-                base = os.path.join(logs, f"ferroccl_mem-{tag}-seg{k}")
-                k += 1
-                rc = read(base + ".rc").strip()
-                if rc != "0":
-                    failures.append(f"ferroccl-bench --alloc nccl {coll} at {n} ranks (repeat {r}): exit status "
-                                    f"{rc or '?'}; output tail:\n{tail(base + '.out')}")
-                mres += (load_json(base + ".json") or {}).get("results", [])
+            fres, fjson, busy, steal = segments("ferroccl", tag, f"ferroccl-bench {coll} at {n} ranks (repeat {r}")
+            mres = segments("ferroccl_mem", tag, f"ferroccl-bench --alloc nccl {coll} at {n} ranks (repeat {r}")[0]
             obase = os.path.join(logs, f"ompi-{tag}")
             busy.append(read(obase + ".busy").strip())
             steal.append(read(obase + ".steal").strip())

@@ -545,8 +545,9 @@ impl NodeOp {
         recv.staged = stage(&recv, recv_len);
         // Peers in other processes reach the rest of our private buffers by kernel copies,
         // which pin every page they touch: fewer, larger pages make each copy cheaper.
-        if !area.peers_share_address_space() {
-            let (send_reached, recv_reached) = self.bytes_peers_reach(area, send_len, recv_len);
+        let (send_reached, recv_reached) = self.bytes_peers_reach(area, send_len, recv_len);
+        // (Smaller messages leave at once: no ranges gathered for every small operation.)
+        if !area.peers_share_address_space() && send_reached.max(recv_reached) >= huge_pages::MIN_BYTES {
             let send_range = (!send.staged && send.shared.is_none()).then_some((self.send as usize, send_reached));
             let recv_range = (!recv.staged && recv.shared.is_none()).then_some((self.recv as usize, recv_reached));
             for (addr, len) in kernel_copy_ranges(send_range, recv_range) {
