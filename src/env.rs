@@ -228,10 +228,12 @@ pub static PARAMS: &[Param] = &[
         "FERROCCL_HUGE_PAGES",
         Bool,
         "1",
-        "1: from the second time an ordinary buffer (private anonymous memory) of at least 1 MiB of \
-         a process rank is reached by its peers' kernel copies (process_vm_readv/writev), the rank \
-         asks the kernel to back the buffer's 2 MiB regions with transparent huge pages \
-         (MADV_COLLAPSE, at most 64 MiB per collective): fewer pages for every copy to pin; 0: never",
+        "1: once an ordinary buffer (private anonymous memory) of a process rank has been reached \
+         by its peers' kernel copies (process_vm_readv/writev) often enough (from 1 MiB: the second \
+         time; from 16 KiB: once its uses moved 8 MiB), the rank asks the kernel to back the 2 MiB \
+         regions under it with transparent huge pages (MADV_COLLAPSE, at most 64 MiB per \
+         collective; a region reaching past the buffer only when at least half resident): fewer \
+         pages for every copy to pin; 0: never",
     ),
     param(
         "FERROCCL_SHARE_HEAP",

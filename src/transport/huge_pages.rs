@@ -5,34 +5,49 @@
 //! kernel looks up and pins each page of the range in the owner's page tables; with 4 KiB
 //! pages that is 64 lookups per 256 KiB piece, per peer, and at 8 and 16 ranks those lookups,
 //! not the copies, dominate (bench/results/malloc-allreduce-16core-2026-12-04.md: a malloc'd
-//! 2 MiB all-reduce at 8 ranks took half the time on huge pages). So from the second time
-//! such a buffer of at least [`MIN_BYTES`] goes by kernel copies, its owner asks the kernel to
-//! back the 2 MiB regions of it with huge pages (`madvise(MADV_COLLAPSE)`, Linux 6.1+), at
-//! most [`REGIONS_PER_CALL`] per collective: the kernel copies each
-//! region into a huge page in place, keeping the addresses and the contents, as its khugepaged
-//! thread does for any process when transparent huge pages are `always` on.
+//! 2 MiB all-reduce at 8 ranks took half the time on huge pages). So once such a buffer has
+//! gone by kernel copies often enough (see below), its owner asks the kernel to back the 2 MiB
+//! regions of it with huge pages (`madvise(MADV_COLLAPSE)`, Linux 6.1+), at most
+//! [`REGIONS_PER_CALL`] per collective: the kernel copies each region into a huge page in
+//! place, keeping the addresses and the contents, as its khugepaged thread does for any
+//! process when transparent huge pages are `always` on.
+//!
+//! When: a buffer of at least [`LARGE_BYTES`] on its second use; a smaller one (from
+//! [`MIN_BYTES`], a slice of a larger array, say) once its uses have moved [`SMALL_CREDIT`]
+//! bytes, because the collapse costs the owner about a millisecond per region (measured: 0.4-1.2
+//! ms on the 2-core VM, 1.6-3.5 ms per 4 MiB on the 16-core host) and saves 0.08-0.16 us per
+//! 4 KiB page per kernel copy (2 ranks, 2-core VM, slices of a 64 MiB malloc'd array:
+//! broadcast 128 KiB 11.5 -> 6.3 us, 512 KiB 33.8 -> 21.9 us; all-gather 512 KiB 27.2 -> 17.3
+//! us): a 128 KiB slice repays it after some hundred uses, a 64 MiB buffer after a few.
 //!
 //! Only private anonymous memory (what malloc, the stack and Fortran allocate) is touched, and
 //! only whole regions inside the buffer's own mapping: never shared memory, files or other
-//! mappings. Best effort: regions the kernel declines (pinned, say, or no huge page free) stay
-//! as they are; older kernels, and hosts whose administrator set transparent huge pages to
-//! `never`, are asked nothing.
+//! mappings. A region that reaches past the buffer (either end of it, or all of it for a
+//! buffer smaller than a region) is asked for only when at least half of its pages are
+//! resident already, so the collapse at most doubles the memory that region uses. Best
+//! effort: regions the kernel declines (pinned, say, or no huge page free) stay as they are;
+//! older kernels, and hosts whose administrator set transparent huge pages to `never`, are
+//! asked nothing.
 //!
-//! Side effects, bounded: the call that uses a buffer the second time pays the kernel's copy
-//! of up to [`REGIONS_PER_CALL`] regions (a buffer used once, as a temporary, never does); the
-//! regions at the two ends of a buffer may reach past it into its mapping, and pages there
-//! that were never touched become resident (at most 4 MiB per buffer).
-//! `FERROCCL_HUGE_PAGES=0` turns it off.
+//! Side effects, bounded: the call that asks pays the kernel's copy of up to
+//! [`REGIONS_PER_CALL`] regions (a buffer used once, as a temporary, never does); untouched
+//! pages of a region reaching past the buffer become resident (at most as many as were
+//! resident). `FERROCCL_HUGE_PAGES=0` turns it off.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, OnceLock};
 
 /// The size of a transparent huge page on x86-64 (PMD size); on kernels with another (arm64
 /// with 64 KiB pages) the calls collapse nothing and cost a system call per region, once.
 const HUGE_PAGE_BYTES: usize = 2 << 20;
-/// Smallest buffer worth it: below this the kernel copies of a collective are few, and the
-/// enclosing regions would be mostly other memory.
-pub const MIN_BYTES: usize = 1 << 20;
+/// Smallest buffer considered: smaller messages travel through the node area's slots, not by
+/// kernel copies.
+pub const MIN_BYTES: usize = 16 << 10;
+/// From this size a buffer is asked for on its second use.
+const LARGE_BYTES: usize = 1 << 20;
+/// A smaller buffer is asked for once its uses (the first one included) have moved this many
+/// bytes: at least eight uses, so a region's collapse follows repeated traffic through it.
+const SMALL_CREDIT: usize = 8 << 20;
 /// Buffers remembered (a buffer is asked for on its second use).
 const REMEMBERED: usize = 1024;
 /// Most regions remembered as asked for (128 GiB); the record starts afresh beyond.
@@ -41,22 +56,27 @@ const MAX_REGIONS: usize = 1 << 16;
 /// collectives instead of stalling one, and its peers, for the kernel's copy of all of it.
 const REGIONS_PER_CALL: usize = 32;
 
-/// A buffer's enclosing regions as first seen; `done` once every region was asked for.
+/// A buffer's enclosing regions, as seen by the record.
 struct SeenBuffer {
-    start: usize,
-    end: usize,
+    /// Bytes its uses have moved so far.
+    moved: usize,
+    /// Nothing more to ask for it.
     done: bool,
+    /// The record's use count at its last use: the buffer unused longest is forgotten first.
+    last_use: u64,
 }
 
 /// What this process has asked for.
 #[derive(Default)]
 struct CollapseRecord {
-    /// Newest last.
-    seen: VecDeque<SeenBuffer>,
+    /// By enclosing range.
+    seen: HashMap<(usize, usize), SeenBuffer>,
     /// Start of every region asked for, so that a buffer that grows (nccl-tests' sweep over
     /// prefixes of one buffer) asks only for its new regions. A region freed and mapped
     /// again stays here: it is not asked for again (slower, never wrong).
     asked: BTreeSet<usize>,
+    /// Uses recorded.
+    uses: u64,
 }
 
 fn record() -> std::sync::MutexGuard<'static, CollapseRecord> {
@@ -101,52 +121,69 @@ fn enclosing_huge_range(addr: usize, len: usize) -> Option<(usize, usize)> {
 }
 
 impl CollapseRecord {
-    /// The regions of `start..end` to ask for now: none on a buffer's first use, then up to
-    /// [`REGIONS_PER_CALL`] of those not asked for before (marked asked).
-    fn regions_to_ask(&mut self, start: usize, end: usize) -> Vec<usize> {
-        let within = |b: &SeenBuffer| b.start <= start && end <= b.end;
-        let Some(i) = self.seen.iter().rposition(within) else {
-            // First use, or a part of a buffer asked for already: remember only the former.
-            if (start..end).step_by(HUGE_PAGE_BYTES).any(|r| !self.asked.contains(&r)) {
-                if self.seen.len() == REMEMBERED {
-                    self.seen.pop_front();
-                }
-                self.seen.push_back(SeenBuffer { start, end, done: false });
-            }
-            return Vec::new();
-        };
-        if self.seen[i].done {
+    /// The regions of `start..end` (enclosing a buffer of `len` bytes) to ask for now: none
+    /// until the buffer qualifies (its second use from [`LARGE_BYTES`], else once its uses
+    /// moved [`SMALL_CREDIT`] bytes), then up to [`REGIONS_PER_CALL`] of those not asked for
+    /// before (marked asked).
+    fn regions_to_ask(&mut self, start: usize, end: usize, len: usize) -> Vec<usize> {
+        // A buffer (or part of one) all asked for already: nothing to track.
+        if (start..end).step_by(HUGE_PAGE_BYTES).all(|r| self.asked.contains(&r)) {
             return Vec::new();
         }
-        // Newest last: a buffer in use is not the one evicted.
-        let buf = self.seen.remove(i).unwrap_or(SeenBuffer { start, end, done: false });
-        let missing: Vec<usize> =
-            (buf.start..buf.end).step_by(HUGE_PAGE_BYTES).filter(|r| !self.asked.contains(r)).collect();
+        self.uses += 1;
+        let uses = self.uses;
+        let key = (start, end);
+        let Some(buf) = self.seen.get_mut(&key) else {
+            if self.seen.len() >= REMEMBERED {
+                let oldest = self.seen.iter().min_by_key(|(_, b)| b.last_use).map(|(&k, _)| k);
+                oldest.map(|k| self.seen.remove(&k));
+            }
+            self.seen.insert(key, SeenBuffer { moved: len, done: false, last_use: uses });
+            return Vec::new();
+        };
+        buf.last_use = uses;
+        buf.moved = buf.moved.saturating_add(len);
+        if buf.done || (len < LARGE_BYTES && buf.moved < SMALL_CREDIT) {
+            return Vec::new();
+        }
+        let missing: Vec<usize> = (start..end).step_by(HUGE_PAGE_BYTES).filter(|r| !self.asked.contains(r)).collect();
         if missing.len() > MAX_REGIONS {
             // Larger than the record: never asked for.
-            self.seen.push_back(SeenBuffer { done: true, ..buf });
+            buf.done = true;
             return Vec::new();
         }
         if self.asked.len() + missing.len() > MAX_REGIONS {
             self.asked.clear();
-            self.seen.iter_mut().for_each(|b| b.done = false);
+            self.seen.values_mut().for_each(|b| b.done = false);
         }
         let now: Vec<usize> = missing.iter().copied().take(REGIONS_PER_CALL).collect();
+        if let Some(buf) = self.seen.get_mut(&key) {
+            buf.done = now.len() == missing.len();
+        }
         self.asked.extend(&now);
-        self.seen.push_back(SeenBuffer { done: now.len() == missing.len(), ..buf });
         now
     }
 }
 
-/// Asks the kernel, from a buffer's second use on, to back this process's buffer at `addr`
-/// (`len` bytes) with huge pages because peers are about to reach it by kernel copies. Never
+/// Whether at least half of the 2 MiB region at `region` (aligned) is resident: asking for
+/// it then at most doubles the memory it takes.
+fn mostly_resident(region: usize) -> bool {
+    let mut pages = vec![0u8; HUGE_PAGE_BYTES / 4096];
+    // SAFETY: mincore only reads the page tables of the range (page-aligned start) and writes
+    // one byte per 4 KiB page into `pages`, which holds that many.
+    let rc = unsafe { libc::mincore(region as *mut libc::c_void, HUGE_PAGE_BYTES, pages.as_mut_ptr()) };
+    rc == 0 && pages.iter().filter(|&&p| p & 1 != 0).count() * 2 >= pages.len()
+}
+
+/// Asks the kernel, once the buffer qualifies (module notes), to back this process's buffer at
+/// `addr` (`len` bytes) with huge pages because peers are about to reach it by kernel copies. Never
 /// fails: the buffer works the same either way. Returns the bytes the kernel collapsed.
 pub fn prepare_for_kernel_copies(addr: usize, len: usize) -> usize {
     if !enabled() || !supported() {
         return 0;
     }
     let Some((start, end)) = enclosing_huge_range(addr, len) else { return 0 };
-    let regions = record().regions_to_ask(start, end);
+    let regions = record().regions_to_ask(start, end, len);
     if regions.is_empty() {
         return 0;
     }
@@ -157,8 +194,14 @@ pub fn prepare_for_kernel_copies(addr: usize, len: usize) -> usize {
     };
     let t0 = std::time::Instant::now();
     let mut collapsed = 0;
-    let inside: Vec<usize> =
-        regions.into_iter().filter(|&r| map_start <= r && r + HUGE_PAGE_BYTES <= map_end).collect();
+    // A region reaching past the buffer may hold other data or nothing yet: only when mostly
+    // in use already.
+    let within_buffer = |r: usize| addr <= r && r + HUGE_PAGE_BYTES <= addr + len;
+    let inside: Vec<usize> = regions
+        .into_iter()
+        .filter(|&r| map_start <= r && r + HUGE_PAGE_BYTES <= map_end)
+        .filter(|&r| within_buffer(r) || mostly_resident(r))
+        .collect();
     for (lo, count) in runs(&inside, per_region_calls()) {
         match collapse(lo, count) {
             Ok(()) => collapsed += count,
@@ -227,6 +270,11 @@ mod tests {
 
     const H: usize = HUGE_PAGE_BYTES;
 
+    /// Asks for a whole buffer `start..end` (its regions exactly).
+    fn ask(rec: &mut CollapseRecord, start: usize, end: usize) -> Vec<usize> {
+        rec.regions_to_ask(start, end, end - start)
+    }
+
     #[test]
     fn enclosing_range_is_whole_huge_pages() {
         assert_eq!(enclosing_huge_range(0x1000, MIN_BYTES - 1), None);
@@ -239,25 +287,38 @@ mod tests {
     fn a_buffer_is_asked_for_on_its_second_use_and_only_its_new_regions_after() {
         let mut rec = CollapseRecord::default();
         let base = 64 * H;
-        assert!(rec.regions_to_ask(base, base + 2 * H).is_empty(), "first use");
-        assert_eq!(rec.regions_to_ask(base, base + 2 * H), vec![base, base + H]);
-        assert!(rec.regions_to_ask(base, base + 2 * H).is_empty(), "asked once");
-        assert!(rec.regions_to_ask(base, base + H).is_empty(), "inside a buffer asked for");
+        assert!(ask(&mut rec, base, base + 2 * H).is_empty(), "first use");
+        assert_eq!(ask(&mut rec, base, base + 2 * H), vec![base, base + H]);
+        assert!(ask(&mut rec, base, base + 2 * H).is_empty(), "asked once");
+        assert!(ask(&mut rec, base, base + H).is_empty(), "inside a buffer asked for");
         assert_eq!(rec.seen.len(), 1, "a part of a buffer asked for is not remembered");
         // The buffer grows: first use of the larger range, then only the new regions.
-        assert!(rec.regions_to_ask(base, base + 5 * H).is_empty());
-        assert_eq!(rec.regions_to_ask(base, base + 5 * H), vec![base + 2 * H, base + 3 * H, base + 4 * H]);
-        assert!(rec.regions_to_ask(base, base + 5 * H).is_empty());
+        assert!(ask(&mut rec, base, base + 5 * H).is_empty());
+        assert_eq!(ask(&mut rec, base, base + 5 * H), vec![base + 2 * H, base + 3 * H, base + 4 * H]);
+        assert!(ask(&mut rec, base, base + 5 * H).is_empty());
+    }
+
+    #[test]
+    fn a_small_buffer_is_asked_for_once_its_uses_moved_the_credit() {
+        let mut rec = CollapseRecord::default();
+        let region = 96 * H;
+        let uses = SMALL_CREDIT / (128 << 10);
+        // Any slices of the region (the caller passes its enclosing range): they share its credit.
+        for k in 1..uses {
+            assert!(rec.regions_to_ask(region, region + H, 128 << 10).is_empty(), "use {k}");
+        }
+        assert_eq!(rec.regions_to_ask(region, region + H, 128 << 10), vec![region], "use {uses}");
+        assert!(rec.regions_to_ask(region, region + H, 128 << 10).is_empty(), "asked once");
     }
 
     #[test]
     fn a_large_buffer_is_asked_for_a_bounded_number_of_regions_per_call() {
         let mut rec = CollapseRecord::default();
         let (start, end) = (1 << 30, (1 << 30) + (REGIONS_PER_CALL * 2 + 3) * H);
-        assert!(rec.regions_to_ask(start, end).is_empty());
+        assert!(ask(&mut rec, start, end).is_empty());
         let mut all = Vec::new();
         loop {
-            let now = rec.regions_to_ask(start, end);
+            let now = ask(&mut rec, start, end);
             if now.is_empty() {
                 break;
             }
@@ -271,12 +332,12 @@ mod tests {
     fn a_buffer_seen_once_is_remembered_across_many_others() {
         let mut rec = CollapseRecord::default();
         let first = 1usize << 40;
-        assert!(rec.regions_to_ask(first, first + H).is_empty());
+        assert!(ask(&mut rec, first, first + H).is_empty());
         for k in 0..REMEMBERED - 1 {
             let b = (1usize << 41) + k * 4 * H;
-            assert!(rec.regions_to_ask(b, b + H).is_empty());
+            assert!(ask(&mut rec, b, b + H).is_empty());
         }
-        assert_eq!(rec.regions_to_ask(first, first + H), vec![first], "second use");
+        assert_eq!(ask(&mut rec, first, first + H), vec![first], "second use");
     }
 
     #[test]
@@ -356,6 +417,44 @@ mod tests {
             .and_then(|k| k.parse::<usize>().ok())
             .expect("the mapping in smaps");
         assert_eq!(huge_kb * 1024, len, "smaps: {huge_kb} kB on huge pages");
+    }
+
+    #[test]
+    fn residency_is_read_from_the_page_tables() {
+        let fenced = Fenced::new(H);
+        assert!(!mostly_resident(fenced.addr as usize), "untouched");
+        // SAFETY: the fenced mapping holds H writable bytes, used by this test only.
+        unsafe { std::ptr::write_bytes(fenced.addr, 1, H / 2) };
+        assert!(mostly_resident(fenced.addr as usize), "half written");
+    }
+
+    #[test]
+    fn a_region_reaching_past_a_small_buffer_goes_only_when_mostly_in_use() {
+        let fenced = Fenced::new(2 * H);
+        let addr = fenced.addr as usize;
+        let slice = 128 << 10;
+        // Region 0 all in use; of region 1 only the slice that peers reach.
+        // SAFETY: the fenced mapping holds 2H writable bytes, used by this test only.
+        unsafe {
+            std::ptr::write_bytes(fenced.addr, 1, H);
+            std::ptr::write_bytes(fenced.addr.add(H + 8192), 2, slice);
+        }
+        let uses = SMALL_CREDIT / slice;
+        let (mut in_use, mut sparse) = (0, 0);
+        for _ in 0..uses {
+            in_use += prepare_for_kernel_copies(addr + 8192, slice);
+            sparse += prepare_for_kernel_copies(addr + H + 8192, slice);
+        }
+        assert_eq!(sparse, 0, "a mostly empty region stays as it is");
+        if in_use == 0 {
+            eprintln!("huge pages not available here (disabled, old kernel or none free)");
+            return;
+        }
+        assert_eq!(in_use, H, "the region in use, once");
+        // SAFETY: as above; reading what was written.
+        let bytes = unsafe { std::slice::from_raw_parts(fenced.addr, 2 * H) };
+        assert!(bytes[..H].iter().all(|&b| b == 1));
+        assert!(bytes[H + 8192..H + 8192 + slice].iter().all(|&b| b == 2));
     }
 
     #[test]
