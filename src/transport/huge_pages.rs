@@ -24,7 +24,8 @@
 //! only whole regions inside the buffer's own mapping: never shared memory, files or other
 //! mappings. A region that reaches past the buffer (either end of it, or all of it for a
 //! buffer smaller than a region) is asked for only when at least half of its pages are
-//! resident already, so the collapse at most doubles the memory that region uses. Best
+//! resident already, so the collapse at most doubles the memory that region uses; one found
+//! sparser is looked at again after another [`SMALL_CREDIT`] bytes of the buffer's traffic. Best
 //! effort: regions the kernel declines (pinned, say, or no huge page free) stay as they are;
 //! older kernels, and hosts whose administrator set transparent huge pages to `never`, are
 //! asked nothing.
@@ -58,11 +59,13 @@ const REGIONS_PER_CALL: usize = 32;
 
 /// A buffer's enclosing regions, as seen by the record.
 struct SeenBuffer {
-    /// Bytes its uses have moved so far.
+    /// Bytes its uses have moved so far (since it was last deferred).
     moved: usize,
+    /// Bytes its uses must move before it is asked for (on top of a second use).
+    needed: usize,
     /// Nothing more to ask for it.
     done: bool,
-    /// The record's use count at its last use: the buffer unused longest is forgotten first.
+    /// The record's use count at its last use: the buffers unused longest are forgotten first.
     last_use: u64,
 }
 
@@ -135,15 +138,15 @@ impl CollapseRecord {
         let key = (start, end);
         let Some(buf) = self.seen.get_mut(&key) else {
             if self.seen.len() >= REMEMBERED {
-                let oldest = self.seen.iter().min_by_key(|(_, b)| b.last_use).map(|(&k, _)| k);
-                oldest.map(|k| self.seen.remove(&k));
+                self.forget_older_half();
             }
-            self.seen.insert(key, SeenBuffer { moved: len, done: false, last_use: uses });
+            let needed = if len >= LARGE_BYTES { 0 } else { SMALL_CREDIT };
+            self.seen.insert(key, SeenBuffer { moved: len, needed, done: false, last_use: uses });
             return Vec::new();
         };
         buf.last_use = uses;
         buf.moved = buf.moved.saturating_add(len);
-        if buf.done || (len < LARGE_BYTES && buf.moved < SMALL_CREDIT) {
+        if buf.done || buf.moved < buf.needed {
             return Vec::new();
         }
         let missing: Vec<usize> = (start..end).step_by(HUGE_PAGE_BYTES).filter(|r| !self.asked.contains(r)).collect();
@@ -162,6 +165,28 @@ impl CollapseRecord {
         }
         self.asked.extend(&now);
         now
+    }
+
+    /// `regions` of the buffer enclosed by `start..end` were not asked for after all (mostly
+    /// not resident yet): they are looked at again once the buffer's uses have moved another
+    /// [`SMALL_CREDIT`] bytes, whatever its size, so a sparse region costs a residency check
+    /// per that much traffic, not per call.
+    fn defer(&mut self, start: usize, end: usize, regions: &[usize]) {
+        for r in regions {
+            self.asked.remove(r);
+        }
+        if let Some(buf) = self.seen.get_mut(&(start, end)) {
+            *buf = SeenBuffer { moved: 0, needed: SMALL_CREDIT, done: false, ..*buf };
+        }
+    }
+
+    /// Forgets the half of the remembered buffers unused longest: one pass per
+    /// [`REMEMBERED`] / 2 new buffers, not one per new buffer.
+    fn forget_older_half(&mut self) {
+        let mut last: Vec<u64> = self.seen.values().map(|b| b.last_use).collect();
+        let mid = last.len() / 2;
+        let (_, &mut median, _) = last.select_nth_unstable(mid);
+        self.seen.retain(|_, b| b.last_use > median);
     }
 }
 
@@ -195,13 +220,15 @@ pub fn prepare_for_kernel_copies(addr: usize, len: usize) -> usize {
     let t0 = std::time::Instant::now();
     let mut collapsed = 0;
     // A region reaching past the buffer may hold other data or nothing yet: only when mostly
-    // in use already.
+    // in use already (else looked at again later).
     let within_buffer = |r: usize| addr <= r && r + HUGE_PAGE_BYTES <= addr + len;
-    let inside: Vec<usize> = regions
+    let (inside, sparse): (Vec<usize>, Vec<usize>) = regions
         .into_iter()
         .filter(|&r| map_start <= r && r + HUGE_PAGE_BYTES <= map_end)
-        .filter(|&r| within_buffer(r) || mostly_resident(r))
-        .collect();
+        .partition(|&r| within_buffer(r) || mostly_resident(r));
+    if !sparse.is_empty() {
+        record().defer(start, end, &sparse);
+    }
     for (lo, count) in runs(&inside, per_region_calls()) {
         match collapse(lo, count) {
             Ok(()) => collapsed += count,
@@ -341,6 +368,39 @@ mod tests {
     }
 
     #[test]
+    fn a_full_record_forgets_the_buffers_unused_longest() {
+        let mut rec = CollapseRecord::default();
+        let buffer = |k: usize| (1usize << 42) + k * 4 * H;
+        for k in 0..REMEMBERED {
+            assert!(ask(&mut rec, buffer(k), buffer(k) + H).is_empty());
+        }
+        // Buffer 1 used again (second use: asked for); then one buffer more than remembered.
+        assert_eq!(ask(&mut rec, buffer(1), buffer(1) + H), vec![buffer(1)]);
+        assert!(ask(&mut rec, buffer(REMEMBERED), buffer(REMEMBERED) + H).is_empty());
+        assert!(rec.seen.len() <= REMEMBERED / 2 + 1, "{} remembered", rec.seen.len());
+        // Buffer 0, unused longest, was forgotten: its next use counts as a first one.
+        assert!(ask(&mut rec, buffer(0), buffer(0) + H).is_empty());
+        assert_eq!(ask(&mut rec, buffer(0), buffer(0) + H), vec![buffer(0)]);
+        // The newest buffers were kept: their second use asks.
+        let newest = REMEMBERED - 1;
+        assert_eq!(ask(&mut rec, buffer(newest), buffer(newest) + H), vec![buffer(newest)]);
+    }
+
+    #[test]
+    fn deferred_regions_wait_for_more_traffic_whatever_the_size() {
+        let mut rec = CollapseRecord::default();
+        let base = 200 * H;
+        assert!(ask(&mut rec, base, base + 2 * H).is_empty());
+        assert_eq!(ask(&mut rec, base, base + 2 * H), vec![base, base + H]);
+        rec.defer(base, base + 2 * H, &[base + H]);
+        let uses = SMALL_CREDIT.div_ceil(2 * H);
+        for k in 1..uses {
+            assert!(ask(&mut rec, base, base + 2 * H).is_empty(), "use {k} after deferring");
+        }
+        assert_eq!(ask(&mut rec, base, base + 2 * H), vec![base + H], "only the deferred region, again");
+    }
+
+    #[test]
     fn consecutive_regions_go_in_one_call_unless_one_per_call() {
         let regions = [4 * H, 5 * H, 6 * H, 9 * H];
         assert_eq!(runs(&regions, false), vec![(4 * H, 3), (9 * H, 1)]);
@@ -451,10 +511,18 @@ mod tests {
             return;
         }
         assert_eq!(in_use, H, "the region in use, once");
+        // The sparse region fills up: looked at again after more traffic, it goes too.
+        // SAFETY: as above.
+        unsafe { std::ptr::write_bytes(fenced.addr.add(H), 3, H / 2) };
+        for _ in 0..uses {
+            sparse += prepare_for_kernel_copies(addr + H + 8192, slice);
+        }
+        assert_eq!(sparse, H, "deferred, then asked for once half resident");
         // SAFETY: as above; reading what was written.
         let bytes = unsafe { std::slice::from_raw_parts(fenced.addr, 2 * H) };
         assert!(bytes[..H].iter().all(|&b| b == 1));
-        assert!(bytes[H + 8192..H + 8192 + slice].iter().all(|&b| b == 2));
+        assert!(bytes[H..H + H / 2].iter().all(|&b| b == 3));
+        assert!(bytes[H + H / 2..].iter().all(|&b| b == 0));
     }
 
     #[test]
