@@ -120,17 +120,19 @@ pub fn default_stage_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -
 }
 /// Bytes reduced at a time: the partial result and one input stay in cache.
 const PIECE: usize = 64 << 10;
-/// Bytes the root and the receiver of a shared broadcast copy ([`NodeOp::shared_copy`])
+/// Most bytes the root and the receiver of a shared broadcast copy ([`NodeOp::shared_copy`])
 /// take at a time: a system call per chunk costs little next to its copy, and the one left
 /// last keeps one side waiting briefly. Measured on the 2-core VM (2 ranks, us per 2 / 8 /
 /// 32 MiB out of place): 128 KiB 131 / 688 / 4970, 256 KiB 119 / 682 / 5379, 1 MiB 131 /
 /// 576 / 5203; 16 and 64 KiB slower from 512 KiB on.
 const SPLIT_CHUNK: usize = 256 << 10;
-/// Smallest 2-process broadcast whose copy the root and the receiver share: two chunks.
-/// Measured on the 2-core VM with malloc'd buffers against the receiver's one kernel copy
-/// (us, out of place / in place): 512 KiB 34 / 22 against 40 / 40; 128 KiB, one chunk, 11
-/// against 13.
-const SPLIT_MIN: usize = 2 * SPLIT_CHUNK;
+/// Smallest 2-process broadcast whose copy the root and the receiver share, in halves below
+/// two [`SPLIT_CHUNK`]s ([`split_chunk`]). Measured on the 2-core VM with malloc'd buffers,
+/// three launches, us out of place / in place, the receiver's one kernel copy against two
+/// halves: 64 KiB 7.1 / 7.1 against 6.4 / 5.7, 128 KiB 11.5 / 11.4 against 9.8-10.0 / 8.1,
+/// 256 KiB 20.4-23.8 / 20.3-20.9 against 17.4-19.0 / 12.4-13.7; 32 KiB no faster (4.8 / 4.8
+/// against 4.8-4.9 / 4.6-4.7), quarters and eighths slower at every size (a system call each).
+const SPLIT_MIN: usize = 64 << 10;
 /// [`PIECE`] for an all-reduce whose inputs or outputs are reached by kernel copies (one
 /// system call per piece and peer). Measured on the 2-core VM, all-reduce with
 /// FERROCCL_NODE_STAGE_MAX=0 (min of 3 runs, us, 64 against 256 KiB): 2 ranks 512 KiB 97/58,
@@ -1076,7 +1078,7 @@ impl NodeOp {
                 self.bytes
             )));
         }
-        let chunk = SPLIT_CHUNK;
+        let chunk = split_chunk(self.bytes);
         let chunks = self.bytes.div_ceil(chunk);
         // The receiver's receive buffer (root) or the root's send buffer (receiver).
         let theirs = area.peer_buf(peer, usize::from(me == root), self.bytes);
@@ -1228,6 +1230,12 @@ unsafe fn copy_out(src: &[u8], dst: *mut u8, streaming: bool) {
 }
 
 /// Orders earlier non-temporal stores before later stores (a no-op off x86-64).
+/// The chunk a shared broadcast copy of `bytes` is taken in: halves (whole pages) up to
+/// [`SPLIT_CHUNK`], so that root and receiver each copy one of a small message.
+fn split_chunk(bytes: usize) -> usize {
+    bytes.div_ceil(2).next_multiple_of(4096).min(SPLIT_CHUNK)
+}
+
 fn store_fence() {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: sfence has no operands and no memory-safety effects.
@@ -1614,11 +1622,30 @@ mod tests {
     /// of place, sizes that are no multiple of a chunk, back to back (the claim word is
     /// reused), and below the split size; each result must be exact.
     #[test]
+    fn shared_copies_split_small_messages_in_halves_of_whole_pages() {
+        assert_eq!(split_chunk(SPLIT_MIN), SPLIT_MIN / 2);
+        assert_eq!(split_chunk(100_001), 53_248);
+        assert_eq!(100_001_usize.div_ceil(split_chunk(100_001)), 2);
+        assert_eq!(split_chunk(2 * SPLIT_CHUNK - 5), SPLIT_CHUNK);
+        assert_eq!(split_chunk(2 * SPLIT_CHUNK), SPLIT_CHUNK);
+        assert_eq!(split_chunk(64 << 20), SPLIT_CHUNK);
+    }
+
+    #[test]
     fn shared_broadcast_copy_is_exact() {
         use crate::transport::node_area::{areas_for_threads_with, SLOT_BYTES};
         let areas = areas_for_threads_with(2, SLOT_BYTES, true);
         let chunk = SPLIT_CHUNK;
-        let sizes = [SPLIT_MIN, SPLIT_MIN + 1, 5 * chunk + 3, 1 << 22, 64 << 10, 3 * chunk - 1, SPLIT_MIN * 3 + 77];
+        let sizes = [
+            SPLIT_MIN,
+            SPLIT_MIN + 1,
+            100_001,
+            5 * chunk + 3,
+            1 << 22,
+            2 * chunk - 5,
+            3 * chunk - 1,
+            SPLIT_MIN * 3 + 77,
+        ];
         let input_of = |k: usize, len: usize| -> Vec<u8> { (0..len).map(|i| ((i * 31 + k * 7) % 251) as u8).collect() };
         on_rank_threads(areas, move |me, mut area| {
             let mut scratch = Vec::new();
