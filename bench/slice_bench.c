@@ -15,14 +15,21 @@
  * reduce-scatter: what each rank sends). Floats (sum) for the reductions, bytes otherwise;
  * broadcasts in place (root 0), as MPI_Bcast is.
  *
- * Each (collective, size) runs -r rounds; a round times -n back-to-back calls of ferroccl,
- * then of MPI, between barriers (the slowest rank counts). Printed: the median and the best
- * round of each, in microseconds per call, and MPI time / ferroccl time (> 1: ferroccl
- * faster). Every round's first call of each library is not timed (a warm-up), and the
- * output of the last call of each library is checked.
+ * Each (collective, size) runs -r rounds; a round times -n back-to-back calls of each library
+ * between barriers (the slowest rank counts), ferroccl first in even rounds and MPI first in
+ * odd ones. Printed: the median and the best round of each, in microseconds per call, and
+ * MPI time / ferroccl time (> 1: ferroccl faster). Every round's first call of each library is
+ * not timed (a warm-up); after its timed calls, each library's output is overwritten with a
+ * marker, one more call is made, and that output is checked against the exact result.
+ *
+ * ferroccl may back these arrays with transparent huge pages (FERROCCL_HUGE_PAGES, on by
+ * default) while MPI's arrays keep the pages the system gave them: the ratios therefore depend
+ * on the host's huge-page setting (`madvise` on the 2-core VM: nothing on huge pages unless
+ * asked for).
  */
 #include <mpi.h>
 #include <nccl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,16 +37,18 @@
 enum coll { BROADCAST, ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, NCOLLS };
 static const char *names[NCOLLS] = {"broadcast", "all_gather", "all_reduce", "reduce_scatter"};
 
+/* Bytes with an optional K/M/G suffix (powers of 1024); 0 for anything else. */
 static size_t parse_size(const char *s) {
     char *end;
     double v = strtod(s, &end);
     double m = 1;
     switch (*end) {
-    case 'k': case 'K': m = 1024.0; break;
-    case 'm': case 'M': m = 1024.0 * 1024; break;
-    case 'g': case 'G': m = 1024.0 * 1024 * 1024; break;
+    case 'k': case 'K': m = 1024.0; end++; break;
+    case 'm': case 'M': m = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': m = 1024.0 * 1024 * 1024; end++; break;
     default: break;
     }
+    if (end == s || *end != '\0' || !(v > 0) || v * m > 1e15) return 0;
     return (size_t)(v * m);
 }
 
@@ -142,6 +151,16 @@ static size_t count_wrong(const struct setup *s, enum coll c, size_t bytes, int 
     return wrong;
 }
 
+/* Overwrites library `lib`'s output with a marker (a broadcast root's output is its input),
+ * makes one call and returns how many elements of this rank's output are wrong. */
+static uint64_t checked_call(const struct setup *s, enum coll c, size_t bytes, int lib) {
+    size_t out_len = c == REDUCE_SCATTER ? bytes / (size_t)s->n : bytes;
+    if (!(c == BROADCAST && s->rank == 0)) memset(s->out[lib], 0xa5, out_len);
+    MPI_Barrier(MPI_COMM_WORLD);
+    call(s, c, bytes, lib);
+    return count_wrong(s, c, bytes, lib);
+}
+
 /* Seconds per call of `iters` calls, the slowest rank's. */
 static double timed(const struct setup *s, enum coll c, size_t bytes, int lib, int iters) {
     call(s, c, bytes, lib);
@@ -180,7 +199,14 @@ int main(int argc, char **argv) {
             i++;
         } else if (!strcmp(argv[i], "-s") && v) {
             char *list = strdup(v);
-            for (char *t = strtok(list, ","); t && nsizes < 64; t = strtok(NULL, ",")) sizes[nsizes++] = parse_size(t);
+            for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
+                size_t b = parse_size(t);
+                if (b == 0 || nsizes == 64) {
+                    if (!s.rank) fprintf(stderr, "slice_bench: -s takes up to 64 sizes > 0 (%s)\n", t);
+                    MPI_Abort(MPI_COMM_WORLD, 2);
+                }
+                sizes[nsizes++] = b;
+            }
             free(list);
             i++;
         } else if (!strcmp(argv[i], "-n") && v) {
@@ -205,8 +231,9 @@ int main(int argc, char **argv) {
     const size_t in_at = (5u << 20) + 12288, out_at = (7u << 20) + 20480;
     size_t largest = 0;
     for (int k = 0; k < nsizes; k++) largest = sizes[k] > largest ? sizes[k] : largest;
-    if (array < out_at + largest) {
-        if (!s.rank) fprintf(stderr, "slice_bench: -a must hold 7 MiB + 20 KiB + the largest size\n");
+    if (array < out_at + largest || largest > (size_t)1 << 30) {
+        if (!s.rank)
+            fprintf(stderr, "slice_bench: -a must hold 7 MiB + 20 KiB + the largest size, which is at most 1 GiB\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     char *arrays[4];
@@ -237,7 +264,8 @@ int main(int argc, char **argv) {
         printf("# slice_bench: %d ranks, arrays of %zu bytes (malloc'd, written; each library its own), input at +%zu, output at +%zu\n",
                s.n, array, in_at, out_at);
         printf("# ferroccl (NCCL API version %d) vs %s\n", version, mpi);
-        printf("# %d rounds of %d calls each (ferroccl, then MPI); us per call, slowest rank\n", rounds, iters);
+        printf("# %d rounds of %d calls each (the two libraries alternate going first); us per call, slowest rank\n",
+               rounds, iters);
         printf("%-15s %10s %12s %12s %12s %12s %8s %7s\n", "collective", "bytes", "ferroccl_med", "mpi_med",
                "ferroccl_best", "mpi_best", "mpi/ferr", "wrong");
     }
@@ -249,20 +277,21 @@ int main(int argc, char **argv) {
             if (bytes == 0) continue;
             fill_input(&s, c, bytes);
             double t[2][99];
-            size_t wrong = 0;
+            uint64_t wrong = 0;
             for (int r = 0; r < rounds; r++)
-                for (int lib = 0; lib < 2; lib++) {
+                for (int k = 0; k < 2; k++) {
+                    int lib = (k + r) % 2;
                     t[lib][r] = timed(&s, c, bytes, lib, iters) * 1e6;
-                    size_t w = count_wrong(&s, c, bytes, lib), all = 0;
-                    MPI_Allreduce(&w, &all, 1, MPI_UNSIGNED_LONG, MPI_SUM, MPI_COMM_WORLD);
+                    uint64_t w = checked_call(&s, c, bytes, lib), all = 0;
+                    MPI_Allreduce(&w, &all, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
                     wrong += all;
                 }
             qsort(t[0], rounds, sizeof(double), cmp_double);
             qsort(t[1], rounds, sizeof(double), cmp_double);
             double fm = t[0][rounds / 2], mm = t[1][rounds / 2];
             if (s.rank == 0)
-                printf("%-15s %10zu %12.2f %12.2f %12.2f %12.2f %8.2f %7zu\n", names[c], bytes, fm, mm, t[0][0],
-                       t[1][0], mm / fm, wrong);
+                printf("%-15s %10zu %12.2f %12.2f %12.2f %12.2f %8.2f %7llu\n", names[c], bytes, fm, mm, t[0][0],
+                       t[1][0], mm / fm, (unsigned long long)wrong);
             failed |= wrong != 0;
         }
     }

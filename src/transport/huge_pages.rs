@@ -12,20 +12,22 @@
 //! place, keeping the addresses and the contents, as its khugepaged thread does for any
 //! process when transparent huge pages are `always` on.
 //!
-//! When: a buffer of at least [`LARGE_BYTES`] on its second use; a smaller one (from
+//! When: a buffer of at least [`LARGE_BYTES`] on any use after its first; any buffer (from
 //! [`MIN_BYTES`], a slice of a larger array, say) once its uses have moved [`SMALL_CREDIT`]
 //! bytes, because the collapse costs the owner about a millisecond per region (measured: 0.4-1.2
-//! ms on the 2-core VM, 1.6-3.5 ms per 4 MiB on the 16-core host) and saves 0.08-0.16 us per
-//! 4 KiB page per kernel copy (2 ranks, 2-core VM, slices of a 64 MiB malloc'd array:
-//! broadcast 128 KiB 11.5 -> 6.3 us, 512 KiB 33.8 -> 21.9 us; all-gather 512 KiB 27.2 -> 17.3
-//! us): a 128 KiB slice repays it after some hundred uses, a 64 MiB buffer after a few.
+//! ms per 2 MiB region on the 2-core VM, 1.6-3.5 ms per 4 MiB on the 16-core host) and saves
+//! 0.04-0.16 us per 4 KiB page per kernel copy (2 ranks, 2-core VM, slices of 64 MiB malloc'd
+//! arrays, bench/results/slices-2core-2026-12-04.md: broadcast 128 KiB 10.8-11.5 -> 6.4-6.5
+//! us, all-gather 512 KiB 28.4-31.2 -> 18.5-20.3 us): a 128 KiB slice repays it after some
+//! hundred uses, a 64 MiB buffer after a few.
 //!
 //! Only private anonymous memory (what malloc, the stack and Fortran allocate) is touched, and
 //! only whole regions inside the buffer's own mapping: never shared memory, files or other
 //! mappings. A region that reaches past the buffer (either end of it, or all of it for a
 //! buffer smaller than a region) is asked for only when at least half of its pages are
 //! resident already, so the collapse at most doubles the memory that region uses; one found
-//! sparser is looked at again after another [`SMALL_CREDIT`] bytes of the buffer's traffic. Best
+//! sparser is looked at again only after more traffic (at least [`SMALL_CREDIT`] bytes and
+//! eight uses, doubling each time it is found sparse). Best
 //! effort: regions the kernel declines (pinned, say, or no huge page free) stay as they are;
 //! older kernels, and hosts whose administrator set transparent huge pages to `never`, are
 //! asked nothing.
@@ -44,12 +46,13 @@ const HUGE_PAGE_BYTES: usize = 2 << 20;
 /// Smallest buffer considered: smaller messages travel through the node area's slots, not by
 /// kernel copies.
 pub const MIN_BYTES: usize = 16 << 10;
-/// From this size a buffer is asked for on its second use.
+/// A use of at least this many bytes asks for a buffer seen before.
 const LARGE_BYTES: usize = 1 << 20;
-/// A smaller buffer is asked for once its uses (the first one included) have moved this many
-/// bytes: at least eight uses, so a region's collapse follows repeated traffic through it.
+/// Any buffer is asked for once its uses (the first one included) have moved this many bytes:
+/// smaller ones after at least eight uses, so a region's collapse follows repeated traffic
+/// through it.
 const SMALL_CREDIT: usize = 8 << 20;
-/// Buffers remembered (a buffer is asked for on its second use).
+/// Buffers remembered between uses.
 const REMEMBERED: usize = 1024;
 /// Most regions remembered as asked for (128 GiB); the record starts afresh beyond.
 const MAX_REGIONS: usize = 1 << 16;
@@ -61,8 +64,11 @@ const REGIONS_PER_CALL: usize = 32;
 struct SeenBuffer {
     /// Bytes its uses have moved so far (since it was last deferred).
     moved: usize,
-    /// Bytes its uses must move before it is asked for (on top of a second use).
+    /// Bytes its uses must move before it is asked for again: [`SMALL_CREDIT`], more after
+    /// each deferral.
     needed: usize,
+    /// Times some of its regions were found too sparse to ask for.
+    deferrals: u32,
     /// Nothing more to ask for it.
     done: bool,
     /// The record's use count at its last use: the buffers unused longest are forgotten first.
@@ -82,9 +88,9 @@ struct CollapseRecord {
     uses: u64,
 }
 
-fn record() -> std::sync::MutexGuard<'static, CollapseRecord> {
+fn process_record() -> &'static Mutex<CollapseRecord> {
     static RECORD: OnceLock<Mutex<CollapseRecord>> = OnceLock::new();
-    RECORD.get_or_init(|| Mutex::new(CollapseRecord::default())).lock().unwrap_or_else(|e| e.into_inner())
+    RECORD.get_or_init(|| Mutex::new(CollapseRecord::default()))
 }
 
 fn enabled() -> bool {
@@ -125,9 +131,9 @@ fn enclosing_huge_range(addr: usize, len: usize) -> Option<(usize, usize)> {
 
 impl CollapseRecord {
     /// The regions of `start..end` (enclosing a buffer of `len` bytes) to ask for now: none
-    /// until the buffer qualifies (its second use from [`LARGE_BYTES`], else once its uses
-    /// moved [`SMALL_CREDIT`] bytes), then up to [`REGIONS_PER_CALL`] of those not asked for
-    /// before (marked asked).
+    /// until the buffer qualifies (a use of [`LARGE_BYTES`] after the first use, or uses that
+    /// moved the credit needed), then up to [`REGIONS_PER_CALL`] of those not asked for before
+    /// (marked asked).
     fn regions_to_ask(&mut self, start: usize, end: usize, len: usize) -> Vec<usize> {
         // A buffer (or part of one) all asked for already: nothing to track.
         if (start..end).step_by(HUGE_PAGE_BYTES).all(|r| self.asked.contains(&r)) {
@@ -140,13 +146,14 @@ impl CollapseRecord {
             if self.seen.len() >= REMEMBERED {
                 self.forget_older_half();
             }
-            let needed = if len >= LARGE_BYTES { 0 } else { SMALL_CREDIT };
-            self.seen.insert(key, SeenBuffer { moved: len, needed, done: false, last_use: uses });
+            let seen = SeenBuffer { moved: len, needed: SMALL_CREDIT, deferrals: 0, done: false, last_use: uses };
+            self.seen.insert(key, seen);
             return Vec::new();
         };
         buf.last_use = uses;
         buf.moved = buf.moved.saturating_add(len);
-        if buf.done || buf.moved < buf.needed {
+        let large_again = len >= LARGE_BYTES && buf.deferrals == 0;
+        if buf.done || !(large_again || buf.moved >= buf.needed) {
             return Vec::new();
         }
         let missing: Vec<usize> = (start..end).step_by(HUGE_PAGE_BYTES).filter(|r| !self.asked.contains(r)).collect();
@@ -167,16 +174,19 @@ impl CollapseRecord {
         now
     }
 
-    /// `regions` of the buffer enclosed by `start..end` were not asked for after all (mostly
-    /// not resident yet): they are looked at again once the buffer's uses have moved another
-    /// [`SMALL_CREDIT`] bytes, whatever its size, so a sparse region costs a residency check
-    /// per that much traffic, not per call.
-    fn defer(&mut self, start: usize, end: usize, regions: &[usize]) {
+    /// `regions` of the buffer enclosed by `start..end` (of `len` bytes) were not asked for
+    /// after all (mostly not resident yet): they are looked at again once the buffer's uses
+    /// have moved at least [`SMALL_CREDIT`] and eight uses' worth of bytes more, twice that
+    /// after each further deferral, so a sparse region costs a residency check now and then,
+    /// not per call.
+    fn defer(&mut self, start: usize, end: usize, len: usize, regions: &[usize]) {
         for r in regions {
             self.asked.remove(r);
         }
         if let Some(buf) = self.seen.get_mut(&(start, end)) {
-            *buf = SeenBuffer { moved: 0, needed: SMALL_CREDIT, done: false, ..*buf };
+            let deferrals = buf.deferrals.saturating_add(1);
+            let needed = SMALL_CREDIT.max(len.saturating_mul(8)).saturating_mul(1 << (deferrals - 1).min(16));
+            *buf = SeenBuffer { moved: 0, needed, deferrals, done: false, ..*buf };
         }
     }
 
@@ -193,9 +203,11 @@ impl CollapseRecord {
 /// Whether at least half of the 2 MiB region at `region` (aligned) is resident: asking for
 /// it then at most doubles the memory it takes.
 fn mostly_resident(region: usize) -> bool {
-    let mut pages = vec![0u8; HUGE_PAGE_BYTES / 4096];
+    // SAFETY: sysconf reads a constant of the system.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
+    let mut pages = vec![0u8; HUGE_PAGE_BYTES.div_ceil(page)];
     // SAFETY: mincore only reads the page tables of the range (page-aligned start) and writes
-    // one byte per 4 KiB page into `pages`, which holds that many.
+    // one byte per page into `pages`, which holds that many.
     let rc = unsafe { libc::mincore(region as *mut libc::c_void, HUGE_PAGE_BYTES, pages.as_mut_ptr()) };
     rc == 0 && pages.iter().filter(|&&p| p & 1 != 0).count() * 2 >= pages.len()
 }
@@ -207,7 +219,36 @@ pub fn prepare_for_kernel_copies(addr: usize, len: usize) -> usize {
     if !enabled() || !supported() {
         return 0;
     }
+    // Buffers this thread found all asked for recently: no lock on the common path of a
+    // buffer used over and over (a region asked for again later, after the record starts
+    // afresh, is not: slower, never wrong).
+    thread_local! {
+        static ALL_ASKED: std::cell::Cell<[(usize, usize); 4]> = const { std::cell::Cell::new([(0, 0); 4]) };
+    }
+    let Some(range) = enclosing_huge_range(addr, len) else { return 0 };
+    if ALL_ASKED.with(|a| a.get().contains(&range)) {
+        return 0;
+    }
+    let collapsed = prepare_with(process_record(), addr, len);
+    let all_asked = {
+        let rec = process_record().lock().unwrap_or_else(|e| e.into_inner());
+        (range.0..range.1).step_by(HUGE_PAGE_BYTES).all(|r| rec.asked.contains(&r))
+    };
+    if all_asked {
+        ALL_ASKED.with(|a| {
+            let mut v = a.get();
+            v.rotate_right(1);
+            v[0] = range;
+            a.set(v);
+        });
+    }
+    collapsed
+}
+
+/// [`prepare_for_kernel_copies`] with the record given (tests keep their own).
+fn prepare_with(record: &Mutex<CollapseRecord>, addr: usize, len: usize) -> usize {
     let Some((start, end)) = enclosing_huge_range(addr, len) else { return 0 };
+    let record = || record.lock().unwrap_or_else(|e| e.into_inner());
     let regions = record().regions_to_ask(start, end, len);
     if regions.is_empty() {
         return 0;
@@ -227,7 +268,7 @@ pub fn prepare_for_kernel_copies(addr: usize, len: usize) -> usize {
         .filter(|&r| map_start <= r && r + HUGE_PAGE_BYTES <= map_end)
         .partition(|&r| within_buffer(r) || mostly_resident(r));
     if !sparse.is_empty() {
-        record().defer(start, end, &sparse);
+        record().defer(start, end, len, &sparse);
     }
     for (lo, count) in runs(&inside, per_region_calls()) {
         match collapse(lo, count) {
@@ -300,6 +341,16 @@ mod tests {
     /// Asks for a whole buffer `start..end` (its regions exactly).
     fn ask(rec: &mut CollapseRecord, start: usize, end: usize) -> Vec<usize> {
         rec.regions_to_ask(start, end, end - start)
+    }
+
+    /// [`prepare_for_kernel_copies`] with the test's own record: the process's record also
+    /// holds regions of other tests' freed buffers, which a new mapping may reuse.
+    fn prepare(record: &Mutex<CollapseRecord>, addr: usize, len: usize) -> usize {
+        if supported() {
+            prepare_with(record, addr, len)
+        } else {
+            0
+        }
     }
 
     #[test]
@@ -392,12 +443,19 @@ mod tests {
         let base = 200 * H;
         assert!(ask(&mut rec, base, base + 2 * H).is_empty());
         assert_eq!(ask(&mut rec, base, base + 2 * H), vec![base, base + H]);
-        rec.defer(base, base + 2 * H, &[base + H]);
-        let uses = SMALL_CREDIT.div_ceil(2 * H);
+        rec.defer(base, base + 2 * H, 2 * H, &[base + H]);
+        // At least SMALL_CREDIT and eight uses' worth.
+        let uses = SMALL_CREDIT.max(8 * 2 * H).div_ceil(2 * H);
         for k in 1..uses {
             assert!(ask(&mut rec, base, base + 2 * H).is_empty(), "use {k} after deferring");
         }
         assert_eq!(ask(&mut rec, base, base + 2 * H), vec![base + H], "only the deferred region, again");
+        // Found sparse again: twice as long.
+        rec.defer(base, base + 2 * H, 2 * H, &[base + H]);
+        for k in 1..2 * uses {
+            assert!(ask(&mut rec, base, base + 2 * H).is_empty(), "use {k} after the second deferral");
+        }
+        assert_eq!(ask(&mut rec, base, base + 2 * H), vec![base + H]);
     }
 
     #[test]
@@ -459,8 +517,9 @@ mod tests {
         let value = |i: usize| (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         v.iter_mut().enumerate().for_each(|(i, x)| *x = value(i));
         let addr = fenced.addr as usize;
-        assert_eq!(prepare_for_kernel_copies(addr + 8, len - 16), 0, "first use");
-        let collapsed = prepare_for_kernel_copies(addr + 8, len - 16);
+        let record = Mutex::new(CollapseRecord::default());
+        assert_eq!(prepare(&record, addr + 8, len - 16), 0, "first use");
+        let collapsed = prepare(&record, addr + 8, len - 16);
         assert!(v.iter().enumerate().all(|(i, &x)| x == value(i)));
         if collapsed == 0 {
             eprintln!("huge pages not available here (disabled, old kernel or none free): contents checked only");
@@ -499,11 +558,16 @@ mod tests {
             std::ptr::write_bytes(fenced.addr, 1, H);
             std::ptr::write_bytes(fenced.addr.add(H + 8192), 2, slice);
         }
+        if mostly_resident(addr + H) {
+            eprintln!("the kernel backed the slice's whole region at once (huge pages `always`): nothing to test");
+            return;
+        }
+        let record = Mutex::new(CollapseRecord::default());
         let uses = SMALL_CREDIT / slice;
         let (mut in_use, mut sparse) = (0, 0);
         for _ in 0..uses {
-            in_use += prepare_for_kernel_copies(addr + 8192, slice);
-            sparse += prepare_for_kernel_copies(addr + H + 8192, slice);
+            in_use += prepare(&record, addr + 8192, slice);
+            sparse += prepare(&record, addr + H + 8192, slice);
         }
         assert_eq!(sparse, 0, "a mostly empty region stays as it is");
         if in_use == 0 {
@@ -515,7 +579,7 @@ mod tests {
         // SAFETY: as above.
         unsafe { std::ptr::write_bytes(fenced.addr.add(H), 3, H / 2) };
         for _ in 0..uses {
-            sparse += prepare_for_kernel_copies(addr + H + 8192, slice);
+            sparse += prepare(&record, addr + H + 8192, slice);
         }
         assert_eq!(sparse, H, "deferred, then asked for once half resident");
         // SAFETY: as above; reading what was written.
