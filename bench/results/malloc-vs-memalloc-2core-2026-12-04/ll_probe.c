@@ -42,6 +42,7 @@ int main(int argc,char**argv){
     // slot reuse guard omitted: DEPTH ahead is never reached since both sides wait each other
   }
   double t=(now()-t0)/iters;
-  if(me) _exit(0); wait(0);
+  if(me) _exit(0);
+  wait(0);
   printf("len %zu mode %d: %.3f us per exchange\n",len,mode,t*1e6);
 }
