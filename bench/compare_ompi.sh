@@ -42,7 +42,8 @@
 #                  simulation codes use. --host-alloc (the default) is accepted.
 #
 # Environment: CARGO_TARGET_DIR (default <repo>/target), PYTHON (default python3; it needs only
-# the standard library for the report, and matplotlib for the PNG, which is skipped without it),
+# the standard library for the report, and matplotlib for the PNG, which is skipped without it;
+# /usr/bin/python3 draws the PNG when it has matplotlib and $PYTHON has not),
 # MPIRUN (default mpirun), MPICC (default mpicc).
 #
 # How both programs run (the same for both):
@@ -647,6 +648,13 @@ report_rc=$?
 [ "$report_rc" -eq 0 ] || { echo "compare_ompi.sh: the report failed" >&2; exit 1; }
 
 rm -f "$out.png"
-"$PYTHON" "$here/plot.py" "$out.json" "$out.png" || echo "# plot.py failed; no PNG"
+# The plot needs matplotlib: if $PYTHON lacks it (a pyenv or venv interpreter, say) but the
+# system's has it (Debian's python3-matplotlib), plot with that one.
+plot_python=$PYTHON
+if ! "$PYTHON" -c "import matplotlib" 2>/dev/null && [ -x /usr/bin/python3 ] \
+    && /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+    plot_python=/usr/bin/python3
+fi
+"$plot_python" "$here/plot.py" "$out.json" "$out.png" || echo "# plot.py failed; no PNG"
 echo "# wrote $out.md $out.json$( [ -f "$out.png" ] && echo " $out.png")"
 exit 0

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Plot bench/compare_ompi.sh results: busbw against size (log x), ferroccl and Open MPI, one
-panel per collective (rows) and rank count (columns).
+panel per collective (rows) and rank count (columns); with --both-allocs runs also ferroccl on
+ncclMemAlloc buffers (the main ferroccl line is then its malloc'd buffers).
 
     python3 bench/plot.py RESULTS.json [OUT.png]
 
@@ -31,7 +32,11 @@ def main():
     with open(src) as f:
         data = json.load(f)
     runs = data["runs"]
-    colls = [c for c in ("all_reduce", "all_gather", "broadcast") if any(r["collective"] == c for r in runs)]
+    colls = [
+        c
+        for c in ("all_reduce", "all_gather", "broadcast", "reduce_scatter")
+        if any(r["collective"] == c for r in runs)
+    ]
     nps = sorted({r["nranks"] for r in runs})
 
     def human(b, _pos=None):
@@ -49,8 +54,14 @@ def main():
                 ax.set_visible(False)
                 continue
             rows = [x for x in run["rows"] if x["size"] > 0]
-            for lib, label, style in (("ferroccl", "ferroccl", "o-"), ("ompi", "Open MPI", "s--")):
-                pts = [(x["size"], x[lib]["oop"]["busbw"]) for x in rows if x[lib]]
+            both = any(x.get("ferroccl_mem") for x in rows)
+            series = (
+                ("ferroccl", "ferroccl, malloc'd" if both else "ferroccl", "o-"),
+                ("ferroccl_mem", "ferroccl, ncclMemAlloc", "^-."),
+                ("ompi", "Open MPI", "s--"),
+            )
+            for lib, label, style in series:
+                pts = [(x["size"], x[lib]["oop"]["busbw"]) for x in rows if x.get(lib)]
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], style, ms=3.5, label=label)
             if coll == "all_reduce":
