@@ -197,6 +197,10 @@ fn reduce_and_reduce_scatter(n: usize) {
 }
 
 #[test]
+fn reduce_and_reduce_scatter_1_rank() {
+    reduce_and_reduce_scatter(1);
+}
+#[test]
 fn reduce_and_reduce_scatter_2_ranks() {
     reduce_and_reduce_scatter(2);
 }
@@ -431,6 +435,78 @@ fn pre_mul_sum() {
             }
             compare(d, "sum", &out, &want, &format!("premulsum {d}"));
             check(ncclRedOpDestroy(op, comm.0), "ncclRedOpDestroy");
+        }
+    });
+}
+
+/// One rank: a call outside a group takes the local shortcut, the same call inside a group the
+/// general path; both must give the same bytes, for every collective, in place, out of place,
+/// with overlapping buffers, and with PreMulSum and average scaling.
+#[test]
+fn one_rank_shortcut_matches_the_general_path() {
+    with_ranks(1, |_, comm| {
+        let count = 1001;
+        for d in [DataType::Float32, DataType::Bfloat16, DataType::Int32, DataType::Float64] {
+            let mut scalar = Vec::new();
+            encode(d, Val::Float(3.0), &mut scalar);
+            let mut premul = ncclRedOp_t(-1);
+            check(
+                ncclRedOpCreatePreMulSum(&mut premul, scalar.as_mut_ptr().cast(), dt(d), ncclScalarResidence_t(1), comm.0),
+                "ncclRedOpCreatePreMulSum",
+            );
+            let ops = [ncclRedOp_t(0), ncclRedOp_t(3), ncclRedOp_t(4), premul];
+            let es = d.size();
+            let input = inputs(d, "sum", 0, count);
+            // Send at `s`, receive at `r` (element offsets) in one buffer of 2 * count elements.
+            for (s, r) in [(0, count), (0, 0), (0, 7), (7, 0)] {
+                for (k, &op) in ops.iter().enumerate() {
+                    for coll in ["allreduce", "reduce", "reducescatter", "allgather", "broadcast", "alltoall"] {
+                        let run = |grouped: bool| -> Vec<u8> {
+                            let mut buf = vec![0x5au8; 2 * count * es];
+                            buf[s * es..(s + count) * es].copy_from_slice(&input);
+                            let send = buf[s * es..].as_ptr() as *const c_void;
+                            let recv = buf[r * es..].as_mut_ptr() as *mut c_void;
+                            if grouped {
+                                check(ncclGroupStart(), "ncclGroupStart");
+                            }
+                            let rc = match coll {
+                                "allreduce" => ncclAllReduce(send, recv, count, dt(d), op, comm.0, NULL_STREAM),
+                                "reduce" => ncclReduce(send, recv, count, dt(d), op, 0, comm.0, NULL_STREAM),
+                                "reducescatter" => ncclReduceScatter(send, recv, count, dt(d), op, comm.0, NULL_STREAM),
+                                "allgather" => ncclAllGather(send, recv, count, dt(d), comm.0, NULL_STREAM),
+                                "broadcast" => ncclBroadcast(send, recv, count, dt(d), 0, comm.0, NULL_STREAM),
+                                _ => ncclAlltoAll(send, recv, count, dt(d), comm.0, NULL_STREAM),
+                            };
+                            check(rc, coll);
+                            if grouped {
+                                check(ncclGroupEnd(), "ncclGroupEnd");
+                            }
+                            buf
+                        };
+                        let what = format!("{coll} {d} op #{k} send at {s} receive at {r}");
+                        let (alone, grouped) = (run(false), run(true));
+                        assert!(alone == grouped, "{what}: the shortcut and the general path differ");
+                        // And both are right: the input, scaled where the operator says so.
+                        let got = &alone[r * es..(r + count) * es];
+                        let reducing = matches!(coll, "allreduce" | "reduce" | "reducescatter");
+                        let want: Vec<u8> = if reducing && k == 3 {
+                            let mut w = Vec::new();
+                            for i in 0..count {
+                                let v = match crate::common::input(d, "sum", 0, i) {
+                                    Val::Int(x) => Val::Int(x * 3),
+                                    Val::Float(x) => Val::Float(x * 3.0),
+                                };
+                                reduce_expected(d, "sum", &[v], &mut w);
+                            }
+                            w
+                        } else {
+                            input.clone()
+                        };
+                        compare(d, "sum", got, &want, &what);
+                    }
+                }
+            }
+            check(ncclRedOpDestroy(premul, comm.0), "ncclRedOpDestroy");
         }
     });
 }
