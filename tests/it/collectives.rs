@@ -451,7 +451,13 @@ fn one_rank_shortcut_matches_the_general_path() {
             encode(d, Val::Float(3.0), &mut scalar);
             let mut premul = ncclRedOp_t(-1);
             check(
-                ncclRedOpCreatePreMulSum(&mut premul, scalar.as_mut_ptr().cast(), dt(d), ncclScalarResidence_t(1), comm.0),
+                ncclRedOpCreatePreMulSum(
+                    &mut premul,
+                    scalar.as_mut_ptr().cast(),
+                    dt(d),
+                    ncclScalarResidence_t(1),
+                    comm.0,
+                ),
                 "ncclRedOpCreatePreMulSum",
             );
             let ops = [ncclRedOp_t(0), ncclRedOp_t(3), ncclRedOp_t(4), premul];
