@@ -384,6 +384,14 @@ def best(cands):
 
 runs, failures = [], []
 
+def record_run(base, label, busy, steal):
+    """One program run's host busy and steal shares (appended), and its failure, if it failed
+    (to the failures, as `label: exit status ...` with the output's tail)."""
+    busy.append(read(base + ".busy").strip())
+    steal.append(read(base + ".steal").strip())
+    rc = read(base + ".rc").strip()
+    if rc != "0":
+        failures.append(f"{label}: exit status {rc or '?'}; output tail:\n{tail(base + '.out')}")
 def segments(prog, tag, what):
     """One ferroccl-bench sweep's segments (prog-tag-seg0, 1, ...): their results, run headers,
     and host busy and steal shares; a failed segment goes to the failures."""
@@ -392,12 +400,7 @@ def segments(prog, tag, what):
     while os.path.exists(os.path.join(logs, f"{prog}-{tag}-seg{k}.cmd")):
         base = os.path.join(logs, f"{prog}-{tag}-seg{k}")
         k += 1
-        busy.append(read(base + ".busy").strip())
-        steal.append(read(base + ".steal").strip())
-        rc = read(base + ".rc").strip()
-        if rc != "0":
-            failures.append(f"{what}, `{read(base + '.cmd').strip()}`): "
-                            f"exit status {rc or '?'}; output tail:\n{tail(base + '.out')}")
+        record_run(base, f"{what}, `{read(base + '.cmd').strip()}`)", busy, steal)
         j = load_json(base + ".json")
         if j:
             headers.append({k2: v for k2, v in j.items() if k2 != "results"})
@@ -413,12 +416,7 @@ for n in nps:
             fres, fjson, busy, steal = segments("ferroccl", tag, f"ferroccl-bench {coll} at {n} ranks (repeat {r}")
             mres = segments("ferroccl_mem", tag, f"ferroccl-bench --alloc nccl {coll} at {n} ranks (repeat {r}")[0]
             obase = os.path.join(logs, f"ompi-{tag}")
-            busy.append(read(obase + ".busy").strip())
-            steal.append(read(obase + ".steal").strip())
-            rc = read(obase + ".rc").strip()
-            if rc != "0":
-                failures.append(f"ompi_bench {coll} at {n} ranks (repeat {r}): exit status {rc or '?'}; "
-                                f"output tail:\n{tail(obase + '.out')}")
+            record_run(obase, f"ompi_bench {coll} at {n} ranks (repeat {r})", busy, steal)
             oj = load_json(obase + ".json") or {}
             wt = read(os.path.join(logs, f"{tag}.wait")).split()
             reps.append({"wait_idle": {"result": wt[0], "waited_s": int(wt[1]), "busy_pct": int(wt[2])} if len(wt) == 3 else None,
