@@ -133,11 +133,11 @@ impl CollapseRecord {
     /// The regions of `start..end` (enclosing a buffer of `len` bytes) to ask for now: none
     /// until the buffer qualifies (a use of [`LARGE_BYTES`] after the first use, or uses that
     /// moved the credit needed), then up to [`REGIONS_PER_CALL`] of those not asked for before
-    /// (marked asked).
-    fn regions_to_ask(&mut self, start: usize, end: usize, len: usize) -> Vec<usize> {
+    /// (marked asked); `None` when every region was asked for already.
+    fn regions_to_ask(&mut self, start: usize, end: usize, len: usize) -> Option<Vec<usize>> {
         // A buffer (or part of one) all asked for already: nothing to track.
         if (start..end).step_by(HUGE_PAGE_BYTES).all(|r| self.asked.contains(&r)) {
-            return Vec::new();
+            return None;
         }
         self.uses += 1;
         let uses = self.uses;
@@ -148,19 +148,19 @@ impl CollapseRecord {
             }
             let seen = SeenBuffer { moved: len, needed: SMALL_CREDIT, deferrals: 0, done: false, last_use: uses };
             self.seen.insert(key, seen);
-            return Vec::new();
+            return Some(Vec::new());
         };
         buf.last_use = uses;
         buf.moved = buf.moved.saturating_add(len);
         let large_again = len >= LARGE_BYTES && buf.deferrals == 0;
         if buf.done || !(large_again || buf.moved >= buf.needed) {
-            return Vec::new();
+            return Some(Vec::new());
         }
         let missing: Vec<usize> = (start..end).step_by(HUGE_PAGE_BYTES).filter(|r| !self.asked.contains(r)).collect();
         if missing.len() > MAX_REGIONS {
             // Larger than the record: never asked for.
             buf.done = true;
-            return Vec::new();
+            return Some(Vec::new());
         }
         if self.asked.len() + missing.len() > MAX_REGIONS {
             self.asked.clear();
@@ -171,7 +171,7 @@ impl CollapseRecord {
             buf.done = now.len() == missing.len();
         }
         self.asked.extend(&now);
-        now
+        Some(now)
     }
 
     /// `regions` of the buffer enclosed by `start..end` (of `len` bytes) were not asked for
@@ -229,34 +229,31 @@ pub fn prepare_for_kernel_copies(addr: usize, len: usize) -> usize {
     if ALL_ASKED.with(|a| a.get().contains(&range)) {
         return 0;
     }
-    let collapsed = prepare_with(process_record(), addr, len);
-    let all_asked = {
-        let rec = process_record().lock().unwrap_or_else(|e| e.into_inner());
-        (range.0..range.1).step_by(HUGE_PAGE_BYTES).all(|r| rec.asked.contains(&r))
-    };
-    if all_asked {
+    let Some(collapsed) = prepare_with(process_record(), addr, len) else {
         ALL_ASKED.with(|a| {
             let mut v = a.get();
             v.rotate_right(1);
             v[0] = range;
             a.set(v);
         });
-    }
+        return 0;
+    };
     collapsed
 }
 
-/// [`prepare_for_kernel_copies`] with the record given (tests keep their own).
-fn prepare_with(record: &Mutex<CollapseRecord>, addr: usize, len: usize) -> usize {
-    let Some((start, end)) = enclosing_huge_range(addr, len) else { return 0 };
+/// [`prepare_for_kernel_copies`] with the record given (tests keep their own): the bytes
+/// collapsed, or `None` when every region of the buffer was asked for already.
+fn prepare_with(record: &Mutex<CollapseRecord>, addr: usize, len: usize) -> Option<usize> {
+    let Some((start, end)) = enclosing_huge_range(addr, len) else { return Some(0) };
     let record = || record.lock().unwrap_or_else(|e| e.into_inner());
-    let regions = record().regions_to_ask(start, end, len);
+    let regions = record().regions_to_ask(start, end, len)?;
     if regions.is_empty() {
-        return 0;
+        return Some(0);
     }
     // Whole regions inside the buffer's own mapping, and only private anonymous memory.
     let Some((map_start, map_end)) = super::share_heap::private_anonymous_mapping(addr) else {
         log::debug!(target: "SHM", "SHM: the buffer at {addr:#x} is not private anonymous memory: its pages stay");
-        return 0;
+        return Some(0);
     };
     let t0 = std::time::Instant::now();
     let mut collapsed = 0;
@@ -292,7 +289,7 @@ fn prepare_with(record: &Mutex<CollapseRecord>, addr: usize, len: usize) -> usiz
             t0.elapsed().as_micros()
         );
     }
-    collapsed * HUGE_PAGE_BYTES
+    Some(collapsed * HUGE_PAGE_BYTES)
 }
 
 /// Consecutive regions as (first, count) runs, one call each: every call costs the kernel a
@@ -340,14 +337,14 @@ mod tests {
 
     /// Asks for a whole buffer `start..end` (its regions exactly).
     fn ask(rec: &mut CollapseRecord, start: usize, end: usize) -> Vec<usize> {
-        rec.regions_to_ask(start, end, end - start)
+        rec.regions_to_ask(start, end, end - start).unwrap_or_default()
     }
 
     /// [`prepare_for_kernel_copies`] with the test's own record: the process's record also
     /// holds regions of other tests' freed buffers, which a new mapping may reuse.
     fn prepare(record: &Mutex<CollapseRecord>, addr: usize, len: usize) -> usize {
         if supported() {
-            prepare_with(record, addr, len)
+            prepare_with(record, addr, len).unwrap_or(0)
         } else {
             0
         }
@@ -383,10 +380,10 @@ mod tests {
         let uses = SMALL_CREDIT / (128 << 10);
         // Any slices of the region (the caller passes its enclosing range): they share its credit.
         for k in 1..uses {
-            assert!(rec.regions_to_ask(region, region + H, 128 << 10).is_empty(), "use {k}");
+            assert_eq!(rec.regions_to_ask(region, region + H, 128 << 10), Some(vec![]), "use {k}");
         }
-        assert_eq!(rec.regions_to_ask(region, region + H, 128 << 10), vec![region], "use {uses}");
-        assert!(rec.regions_to_ask(region, region + H, 128 << 10).is_empty(), "asked once");
+        assert_eq!(rec.regions_to_ask(region, region + H, 128 << 10), Some(vec![region]), "use {uses}");
+        assert_eq!(rec.regions_to_ask(region, region + H, 128 << 10), None, "asked once");
     }
 
     #[test]
