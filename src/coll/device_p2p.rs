@@ -1,7 +1,8 @@
 //! Point-to-point between device buffers of ranks whose GPUs reach each other (the same GPU,
-//! or peer access over NVLink or PCIe), each rank its own process: the sender's stream copies
-//! straight into the receiver's buffer through CUDA IPC, instead of staging both ends through
-//! host memory and a socket or shared-memory link.
+//! or peer access over NVLink or PCIe): the copying rank's stream copies straight between the
+//! two buffers, through CUDA IPC when the ranks are processes of their own and by address when
+//! they are threads of one process, instead of staging both ends through host memory and a
+//! socket or shared-memory link.
 //!
 //! The streams are ordered by two flags per pair in the receiver's inbox, a host page each
 //! rank makes on its first such call and its senders map and register with CUDA. The sender
@@ -19,18 +20,22 @@
 //! send and receive of the group between the two, the buffer's export and byte count. Each
 //! side checks the other's numbers of sends and receives and their sizes, so a mismatch fails
 //! on both sides instead of overrunning a buffer or waiting for ever. A pair where either rank
-//! could not export a buffer is staged on both sides. Every rank queues, per stream, its
-//! pairs' flag writes first, then its copies, then its waits, so two ranks sending to each
-//! other never wait on each other.
+//! could not export a buffer is staged on both sides. Every rank queues its pairs' flag writes
+//! first, then its copies, then its waits ([`Turn`]), so two ranks sending to each other never
+//! wait on each other. Ranks that are threads of one process share its contexts' hardware
+//! queues, on which a queued wait holds up whatever is submitted after it: they take those
+//! turns together ([`in_turns`], `local_order`), so that every wait is submitted after the
+//! flag write it waits for.
 //!
 //! Which sends and receives take this path depends only on what both ranks of a pair agree on
-//! (their GPUs and what each reaches, their processes, device buffers, NCCL_P2P_DISABLE), each
-//! decided on its own, so the two always choose alike; the rest of a group keeps its path.
+//! (their GPUs and what each reaches, device buffers, NCCL_P2P_DISABLE), each decided on its
+//! own, so the two always choose alike; the rest of a group keeps its path.
 
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex};
 
+use super::local_order::LocalOrder;
 use super::{CollOp, OpRequest};
 use crate::comm::Comm;
 use crate::cuda::ipc;
@@ -57,13 +62,12 @@ fn word_addr(inbox: u64, source: usize, word: usize) -> u64 {
 /// A group's operations, with their communicators.
 type Ops = Vec<(Arc<Comm>, OpRequest)>;
 
-/// Whether the pair (this rank, `peer`) of `comm` moves device buffers directly: another
-/// process, GPUs that reach each other both ways, and NCCL_P2P_DISABLE unset.
+/// Whether the pair (this rank, `peer`) of `comm` moves device buffers directly: GPUs that
+/// reach each other both ways (one GPU reaches itself), one host, and NCCL_P2P_DISABLE unset.
 fn pair_applies(comm: &Comm, peer: usize) -> bool {
     let (me, them) = (&comm.peers[comm.rank], &comm.peers[peer]);
     peer != comm.rank
         && comm.node_area
-        && me.pid != them.pid
         && me.gpu.bus != 0
         && them.gpu.bus != 0
         && me.gpu.reach.contains(&them.gpu.bus)
@@ -162,6 +166,8 @@ struct Inner {
     /// Recorded after the last group on each stream used: at destroy, whether streams are
     /// through with the pages.
     last: Mutex<Vec<(Stream, Event)>>,
+    /// Whether the first send or receive with a process mate was logged.
+    mates_logged: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the pages are shared memory that streams and peers access through flag operations;
@@ -207,6 +213,7 @@ impl P2pState {
                 sent: Mutex::new(vec![0; nranks]),
                 received: Mutex::new(vec![0; nranks]),
                 last: Mutex::new(Vec::new()),
+                mates_logged: Default::default(),
             }),
         })
     }
@@ -314,10 +321,20 @@ fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<Vec<OpRequest>> {
     if reqs.is_empty() {
         return Ok(Vec::new());
     }
-    let st = state(comm)?;
     let mut peers: Vec<usize> = reqs.iter().map(peer_of).collect();
     peers.sort_unstable();
     peers.dedup();
+    // Counted before anything can fail, so that mates never wait for this group in vain.
+    let mates: Vec<usize> = peers.iter().copied().filter(|&p| same_process(comm, p)).collect();
+    let turns = MateTurns::start(LocalOrder::device_p2p(comm), &mates);
+    let st = state(comm)?;
+    if !mates.is_empty() && !st.inner.mates_logged.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        log::info!(
+            target: "P2P",
+            "P2P/direct: device sends and receives with ranks {mates:?}, threads of this process, copy between \
+             the buffers by address"
+        );
+    }
     let timed = log::log_enabled!(target: "P2P", log::Level::Trace).then(std::time::Instant::now);
     let (messages, unexported) = exchange(comm, &st, &reqs, &peers)?;
     let exchanged = timed.map(|t| t.elapsed());
@@ -333,7 +350,7 @@ fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<Vec<OpRequest>> {
         log::info!(target: "P2P", "device send/receive with rank {p}: a buffer cannot be shared through CUDA IPC; staged");
     }
     let (back, direct): (Vec<OpRequest>, Vec<OpRequest>) = reqs.iter().partition(|r| failed.contains(&peer_of(r)));
-    let result = queue(comm, &st, &direct, &peers, &messages);
+    let result = queue(comm, &st, &direct, &peers, &messages, turns.as_ref());
     if let (Some(t), Some(x)) = (timed, exchanged) {
         log::trace!(
             target: "P2P",
@@ -412,7 +429,9 @@ fn exchange(comm: &Arc<Comm>, st: &P2pState, reqs: &[OpRequest], peers: &[usize]
             let mut e = [0u8; ENTRY_BYTES];
             let bytes = req.count * req.dtype.size();
             let buf = if matches!(req.op, CollOp::Send { .. }) { req.send } else { req.recv as *const u8 };
-            if bytes > 0 {
+            if bytes > 0 && same_process(comm, p) {
+                ipc::local(buf).encode(&mut e[..ipc::EXPORT_BYTES]);
+            } else if bytes > 0 {
                 match ipc::export(buf) {
                     Ok(x) => x.encode(&mut e[..ipc::EXPORT_BYTES]),
                     Err(err) => {
@@ -460,6 +479,12 @@ fn exchange(comm: &Arc<Comm>, st: &P2pState, reqs: &[OpRequest], peers: &[usize]
     Ok((theirs, unexported))
 }
 
+/// Whether `peer` is a thread of this rank's process.
+fn same_process(comm: &Comm, peer: usize) -> bool {
+    let (me, them) = (&comm.peers[comm.rank], &comm.peers[peer]);
+    me.pid == them.pid && me.host_hash == them.host_hash
+}
+
 /// Reads entry `i` of a peer's message: the export (if the buffer is not empty) and bytes.
 fn entry(msg: &[u8], i: usize) -> Result<(Option<ipc::Export>, usize)> {
     let e = &msg[HEADER_BYTES + i * ENTRY_BYTES..][..ENTRY_BYTES];
@@ -500,12 +525,19 @@ struct Step {
     second: u64,
 }
 
-/// Queues the flag writes, the copies and the waits on the requests' streams (each stream in
-/// the order of its first request, all three steps per stream). The line of a pair (s -> d)
+/// Queues the flag writes, the copies and the waits on the requests' streams, in [`Turn`]s
+/// (each turn on every stream, streams in the order of their first request). The line of a pair (s -> d)
 /// lives in d's inbox; with a push, d writes "buffer ready" and s "delivered"; with a pull, s
 /// writes "buffer ready" and d "consumed". A failure still writes and waits the flags a peer's
 /// stream waits on, so that no stream waits for ever.
-fn queue(comm: &Arc<Comm>, st: &P2pState, reqs: &[OpRequest], peers: &[usize], messages: &[Vec<u8>]) -> Result<()> {
+fn queue(
+    comm: &Arc<Comm>,
+    st: &P2pState,
+    reqs: &[OpRequest],
+    peers: &[usize],
+    messages: &[Vec<u8>],
+    turns: Option<&MateTurns>,
+) -> Result<()> {
     let me = comm.rank;
     let mut first_error: Option<Error> = None;
     let mut note = |e: Error| {
@@ -556,61 +588,123 @@ fn queue(comm: &Arc<Comm>, st: &P2pState, reqs: &[OpRequest], peers: &[usize], m
             Err(e) => note(e),
         }
     }
-    let mut streams: Vec<Stream> = Vec::new();
-    for r in reqs {
-        if !streams.contains(&r.stream) {
-            streams.push(r.stream);
+    // The sizes are checked on the waiting side too, so that both sides fail.
+    for s in steps.iter().filter(|s| !s.copies) {
+        let r = &reqs[s.i];
+        match entry(msg_of(s.peer), position(s.i)) {
+            Ok((_, theirs)) if theirs != r.count * r.dtype.size() => note(size_mismatch(r, s.peer, theirs)),
+            Ok(_) => {}
+            Err(e) => note(e),
         }
     }
-    for stream in streams {
-        let steps: Vec<&Step> = steps.iter().filter(|s| reqs[s.i].stream == stream).collect();
-        // 1. Buffers ready: what the copiers wait for.
-        let ready: Vec<FlagOp> = steps.iter().filter(|s| !s.copies).map(|s| FlagOp::Write(s.first, seq[s.i])).collect();
-        stream.flag_ops(&ready, false)?;
-        // 2. Copies: wait for the other ranks' buffers, copy, tell them (each step one batch
-        // of flag operations: the other ranks wrote theirs first thing, so waiting for all
-        // costs nothing, and every flag batch is a driver call).
-        let copiers: Vec<&&Step> = steps.iter().filter(|s| s.copies).collect();
-        let waits: Vec<FlagOp> = copiers.iter().map(|s| FlagOp::WaitGeq(s.first, seq[s.i])).collect();
-        let timed = log::log_enabled!(target: "P2P", log::Level::Trace).then(std::time::Instant::now);
-        stream.flag_ops(&waits, false)?;
-        let waited = timed.map(|t| t.elapsed());
-        for s in &copiers {
-            if let Err(e) = copy(&reqs[s.i], s.peer, msg_of(s.peer), position(s.i), stream) {
-                note(e);
-            }
+    let mut streams: Vec<(Stream, Vec<&Step>)> = Vec::new();
+    for s in &steps {
+        let stream = reqs[s.i].stream;
+        match streams.iter_mut().find(|(t, _)| *t == stream) {
+            Some((_, on)) => on.push(s),
+            None => streams.push((stream, vec![s])),
         }
-        let copied = timed.map(|t| t.elapsed());
-        let told: Vec<FlagOp> = copiers.iter().map(|s| FlagOp::Write(s.second, seq[s.i])).collect();
-        stream.flag_ops(&told, false)?;
-        if let (Some(t), Some(w), Some(c)) = (timed, waited, copied) {
-            log::trace!(
-                target: "P2P",
-                "device send/receive: {} copies: waits queued {} us, copies {} us, writes {} us",
-                copiers.len(),
-                w.as_micros(),
-                (c - w).as_micros(),
-                (t.elapsed() - c).as_micros()
-            );
-        }
-        // 3. Wait for the copiers. The sizes are checked on this side too, so that both fail.
-        let mut waits = Vec::new();
-        for s in steps.iter().filter(|s| !s.copies) {
-            let r = &reqs[s.i];
-            match entry(msg_of(s.peer), position(s.i)) {
-                Ok((_, theirs)) if theirs != r.count * r.dtype.size() => note(size_mismatch(r, s.peer, theirs)),
-                Ok(_) => {}
-                Err(e) => note(e),
-            }
-            waits.push(FlagOp::WaitGeq(s.second, seq[s.i]));
-        }
-        stream.flag_ops(&waits, false)?;
     }
+    let aborted = || comm.state() == crate::comm::CommState::Aborted;
+    in_turns(turns, &aborted, |turn| {
+        for (stream, on) in &streams {
+            let (before, copies, after) = turn_work(turn, on, &seq);
+            // Each a single batch of flag operations (a driver call each): in the copy turn the
+            // other ranks wrote what the copies wait for first thing, so waiting for all before
+            // the first copy costs nothing.
+            stream.flag_ops(&before, false)?;
+            for s in copies {
+                if let Err(e) = copy(comm, &reqs[s.i], s.peer, msg_of(s.peer), position(s.i), *stream) {
+                    note(e);
+                }
+            }
+            stream.flag_ops(&after, false)?;
+        }
+        Ok(())
+    })?;
     if let Some(e) = first_error {
         comm.set_async_error(&e);
         return Err(e);
     }
     Ok(())
+}
+
+/// The three turns in which a rank queues a group's sends and receives on its streams.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Turn {
+    /// "Buffer ready" writes of the pairs the other rank copies for.
+    Ready,
+    /// The copies this rank runs: wait for the other side's buffer, copy, say so.
+    Copy,
+    /// Waits for the other ranks' copies.
+    Wait,
+}
+
+/// What `turn` queues on one stream, for that stream's `steps` (with the group's sequence
+/// numbers `seq`, by request): flag operations, the steps whose copies come next, and flag
+/// operations after those copies.
+fn turn_work<'a>(turn: Turn, steps: &[&'a Step], seq: &[u32]) -> (Vec<FlagOp>, Vec<&'a Step>, Vec<FlagOp>) {
+    let (theirs, mine): (Vec<&Step>, Vec<&Step>) = steps.iter().partition(|s| !s.copies);
+    match turn {
+        Turn::Ready => (theirs.iter().map(|s| FlagOp::Write(s.first, seq[s.i])).collect(), Vec::new(), Vec::new()),
+        Turn::Copy => (
+            mine.iter().map(|s| FlagOp::WaitGeq(s.first, seq[s.i])).collect(),
+            mine.clone(),
+            mine.iter().map(|s| FlagOp::Write(s.second, seq[s.i])).collect(),
+        ),
+        Turn::Wait => (theirs.iter().map(|s| FlagOp::WaitGeq(s.second, seq[s.i])).collect(), Vec::new(), Vec::new()),
+    }
+}
+
+/// A rank's turns with the ranks of its group that are threads of its process (its mates):
+/// counted when the group starts, and published however the group ends, so that no mate
+/// waits on the host for ever and every later group's counts stay in step.
+struct MateTurns {
+    order: Arc<LocalOrder>,
+    /// (mate, count) reached by this group's ready writes, then by its copies.
+    ready: Vec<(usize, u64)>,
+    copied: Vec<(usize, u64)>,
+}
+
+impl MateTurns {
+    /// `None` when the group has no mate (nothing to take turns with).
+    fn start(order: Option<Arc<LocalOrder>>, mates: &[usize]) -> Option<MateTurns> {
+        let order = order.filter(|_| !mates.is_empty())?;
+        let ready = order.count(mates.iter().copied());
+        let copied = order.count(mates.iter().copied());
+        Some(MateTurns { order, ready, copied })
+    }
+}
+
+impl Drop for MateTurns {
+    fn drop(&mut self) {
+        // Publishing is idempotent (a maximum): what in_turns published stays as it is.
+        self.order.publish_counts(&self.ready);
+        self.order.publish_counts(&self.copied);
+    }
+}
+
+/// Runs `submit` for each turn in order. With mates, a rank submits its copies only once each
+/// mate of the group has submitted its ready writes, and its waits only once each has
+/// submitted its copies: then every wait goes onto the shared hardware queues after the write
+/// it waits for, and the earliest blocked wait can only be waiting for work submitted before
+/// it, which no later wait holds up.
+fn in_turns(
+    turns: Option<&MateTurns>,
+    aborted: &dyn Fn() -> bool,
+    mut submit: impl FnMut(Turn) -> Result<()>,
+) -> Result<()> {
+    submit(Turn::Ready)?;
+    if let Some(t) = turns {
+        t.order.publish_counts(&t.ready);
+        t.order.wait_counts_unless(aborted, &t.ready)?;
+    }
+    submit(Turn::Copy)?;
+    if let Some(t) = turns {
+        t.order.publish_counts(&t.copied);
+        t.order.wait_counts_unless(aborted, &t.copied)?;
+    }
+    submit(Turn::Wait)
 }
 
 /// The index of request `i`'s match in its peer's message: the peer lists its sends to this
@@ -640,7 +734,7 @@ fn size_mismatch(r: &OpRequest, peer: usize, theirs: usize) -> Error {
 
 /// The copy of request `r` with `peer`, whose message `msg` describes the other end at
 /// `position`: into the receiver's buffer (a send) or out of the sender's (a receive).
-fn copy(r: &OpRequest, peer: usize, msg: &[u8], position: usize, stream: Stream) -> Result<()> {
+fn copy(comm: &Comm, r: &OpRequest, peer: usize, msg: &[u8], position: usize, stream: Stream) -> Result<()> {
     if msg[4] != 0 {
         return Err(Error::remote(format!("rank {peer} could not export its buffer (see its log)")));
     }
@@ -651,7 +745,17 @@ fn copy(r: &OpRequest, peer: usize, msg: &[u8], position: usize, stream: Stream)
     }
     let Some(export) = export else { return Ok(()) };
     let pid = u32::from_le_bytes(msg[..4].try_into().expect("4 bytes"));
-    let other = if pid == std::process::id() { export.addr as *mut u8 } else { ipc::open(pid, &export)? };
+    let other = if export.handle == ipc::Handle::Local && pid == std::process::id() {
+        // A process mate's buffer: on another device, this context must map that device's
+        // memory for the copy to go across the link (without it the driver stages the copy).
+        let dev = comm.peers[peer].cuda_dev;
+        if dev != comm.cuda_dev {
+            crate::cuda::driver::enable_peer_access(dev)?;
+        }
+        export.addr as *mut u8
+    } else {
+        ipc::open(pid, &export)?
+    };
     let (dst, src) = match r.op {
         CollOp::Send { .. } => (other, r.send),
         _ => (r.recv, other as *const u8),
@@ -725,6 +829,180 @@ mod tests {
                 assert_eq!(their_index, *k, "request {i} matched the {their_index}th of its kind, not the {k}th");
                 *k += 1;
             }
+        }
+    }
+
+    /// A GPU whose streams all feed one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1, the
+    /// worst case for ranks that are threads of one process): it runs what the ranks submit
+    /// strictly in submission order, a wait holding up everything behind it.
+    #[derive(Default)]
+    struct OneQueue {
+        items: Mutex<std::collections::VecDeque<Item>>,
+    }
+
+    enum Item {
+        Flag(FlagOp),
+        /// A message copied from rank `from` to rank `to` (its `seq`-th).
+        Copy {
+            from: usize,
+            to: usize,
+            seq: u32,
+        },
+    }
+
+    impl OneQueue {
+        fn push(&self, item: Item) {
+            self.items.lock().unwrap().push_back(item);
+        }
+
+        /// Runs the queue until it is empty once `submitted()` says nothing more will come
+        /// (the copies it ran, in order), or until its head is a wait that nothing left to
+        /// submit can satisfy (a deadlock: `Err`).
+        fn run(&self, submitted: impl Fn() -> bool) -> std::result::Result<Vec<(usize, usize, u32)>, String> {
+            let mut flags: HashMap<u64, u32> = HashMap::new();
+            let mut copies = Vec::new();
+            loop {
+                let all_in = submitted();
+                let mut items = self.items.lock().unwrap();
+                let Some(head) = items.front() else {
+                    if all_in {
+                        return Ok(copies);
+                    }
+                    drop(items);
+                    std::thread::yield_now();
+                    continue;
+                };
+                let passed = match head {
+                    Item::Flag(FlagOp::Write(a, v)) => {
+                        flags.insert(*a, *v);
+                        true
+                    }
+                    Item::Flag(FlagOp::WaitGeq(a, v)) => {
+                        (flags.get(a).copied().unwrap_or(0).wrapping_sub(*v) as i32) >= 0
+                    }
+                    Item::Flag(FlagOp::WaitEq(a, v)) => flags.get(a) == Some(v),
+                    Item::Copy { from, to, seq } => {
+                        copies.push((*from, *to, *seq));
+                        true
+                    }
+                };
+                if passed {
+                    items.pop_front();
+                } else if all_in {
+                    return Err(format!("the queue's head waits for ever ({} items behind it)", items.len() - 1));
+                } else {
+                    drop(items);
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
+    /// `n` ranks, threads of one process on one GPU, each running `groups` groups of sends to
+    /// and receives from `peers(rank)` (every pair both ways) through the queuing of this path
+    /// (steps, turns, each turn's work) onto [`OneQueue`]. `delay` holds a rank back before a
+    /// group. Returns the queue's verdict.
+    fn one_queue_run(
+        n: usize,
+        groups: u32,
+        peers: fn(usize, usize) -> Vec<usize>,
+        take_turns: bool,
+        delay: fn(usize, u32) -> std::time::Duration,
+    ) -> std::result::Result<Vec<(usize, usize, u32)>, String> {
+        let gpu = Arc::new(OneQueue::default());
+        let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let orders = crate::coll::local_order::ranks_of_one_process(&(0..n).collect::<Vec<_>>(), n);
+        let inbox = |rank: usize| (rank as u64 + 1) << 16;
+        let ranks: Vec<_> = orders
+            .into_iter()
+            .enumerate()
+            .map(|(me, order)| {
+                let (gpu, done, order) = (gpu.clone(), done.clone(), Arc::new(order));
+                std::thread::spawn(move || {
+                    let gpu_bus = 1u64 << 48;
+                    for g in 0..groups {
+                        std::thread::sleep(delay(me, g));
+                        // Each peer: a send to it, then a receive from it.
+                        let mut steps = Vec::new();
+                        let mut sending = Vec::new();
+                        for p in peers(me, n) {
+                            for send in [true, false] {
+                                let copies = if send {
+                                    pushes(gpu_bus, gpu_bus, me, p)
+                                } else {
+                                    !pushes(gpu_bus, gpu_bus, p, me)
+                                };
+                                let (owner, source) = if send { (p, me) } else { (me, p) };
+                                let (first, second) =
+                                    (word_addr(inbox(owner), source, 0), word_addr(inbox(owner), source, 1));
+                                steps.push(Step { i: steps.len(), peer: p, copies, first, second });
+                                sending.push(send);
+                            }
+                        }
+                        let seq = vec![g + 1; steps.len()];
+                        let mates = peers(me, n);
+                        let turns = if take_turns { MateTurns::start(Some(order.clone()), &mates) } else { None };
+                        let on: Vec<&Step> = steps.iter().collect();
+                        in_turns(turns.as_ref(), &|| false, |turn| {
+                            let (before, copies, after) = turn_work(turn, &on, &seq);
+                            before.into_iter().for_each(|f| gpu.push(Item::Flag(f)));
+                            for s in copies {
+                                let (from, to) = if sending[s.i] { (me, s.peer) } else { (s.peer, me) };
+                                gpu.push(Item::Copy { from, to, seq: seq[s.i] });
+                            }
+                            after.into_iter().for_each(|f| gpu.push(Item::Flag(f)));
+                            Ok(())
+                        })
+                        .expect("turns never fail here");
+                    }
+                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                })
+            })
+            .collect();
+        let verdict = gpu.run(|| done.load(std::sync::atomic::Ordering::SeqCst) == n);
+        for r in ranks {
+            r.join().unwrap();
+        }
+        verdict
+    }
+
+    /// Ranks that are threads of one process share the hardware queues: a rank that queues its
+    /// wait for a copy before the copying mate has queued that copy stops the queue for good.
+    /// Taking turns makes every pattern and timing go through; without turns, a mate late by a
+    /// few milliseconds is enough to stop it (the model can fail).
+    #[test]
+    fn mates_sharing_one_hardware_queue_never_wait_on_each_other() {
+        use std::time::Duration;
+        let ring = |me: usize, n: usize| {
+            let mut p = vec![(me + 1) % n, (me + n - 1) % n];
+            p.dedup();
+            p
+        };
+        let everyone = |me: usize, n: usize| (0..n).filter(|&p| p != me).collect();
+        let late_rank0 = |me: usize, _g: u32| Duration::from_millis(if me == 0 { 20 } else { 0 });
+        // Pseudo-random holds, different per rank and group.
+        let jitter = |me: usize, g: u32| Duration::from_micros(((me as u64 * 7919 + g as u64 * 104_729) % 997) * 3);
+
+        let e = one_queue_run(2, 1, ring, false, late_rank0).expect_err("without turns the late copier is waited for");
+        assert!(e.contains("waits for ever"), "{e}");
+
+        for (n, peers, delay, groups) in [
+            (2, ring as fn(usize, usize) -> Vec<usize>, late_rank0 as fn(usize, u32) -> Duration, 3),
+            (3, ring, late_rank0, 3),
+            (3, ring, jitter, 20),
+            (4, everyone, late_rank0, 3),
+            (4, everyone, jitter, 20),
+        ] {
+            let copies = one_queue_run(n, groups, peers, true, delay).unwrap_or_else(|e| panic!("{n} ranks: {e}"));
+            // Every message of every group, exactly once.
+            let mut want: Vec<(usize, usize, u32)> = (0..n)
+                .flat_map(|me| peers(me, n).into_iter().map(move |p| (me, p)))
+                .flat_map(|(from, to)| (1..=groups).map(move |g| (from, to, g)))
+                .collect();
+            let mut got = copies.clone();
+            want.sort_unstable();
+            got.sort_unstable();
+            assert_eq!(got, want, "{n} ranks: the messages copied");
         }
     }
 

@@ -26,11 +26,13 @@ use crate::comm::{Comm, CommState};
 use crate::error::{Error, Result};
 
 /// Which matching operations a table counts: the one-GPU path's (sequence numbers every rank
-/// shares) or the staged path's (per pair of ranks, as point-to-point operations involve two).
+/// shares), the staged path's (per pair of ranks, as point-to-point operations involve two) or
+/// the device point-to-point path's (per pair, two turns per group: `device_p2p`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum Path {
     OneGpu,
     Staged,
+    DeviceP2p,
 }
 
 /// `submitted[row(a) * nranks + b]`: how many operations involving `b` rank `a` (a rank of
@@ -98,6 +100,13 @@ impl LocalOrder {
         })
     }
 
+    /// The device point-to-point path's order for `comm`, as [`LocalOrder::staged`].
+    pub fn device_p2p(comm: &Comm) -> Option<Arc<LocalOrder>> {
+        comm.with_layer_state(|s: &mut super::LayerState| {
+            s.p2p_order.get_or_insert_with(|| LocalOrder::new(comm, Path::DeviceP2p).map(Arc::new)).clone()
+        })
+    }
+
     fn row(&self, rank: usize) -> Option<usize> {
         self.local.iter().position(|&r| r == rank)
     }
@@ -160,7 +169,7 @@ impl LocalOrder {
         self.wait_counts_unless(&|| comm.state() == CommState::Aborted, counts)
     }
 
-    fn wait_counts_unless(&self, aborted: &dyn Fn() -> bool, counts: &[(usize, u64)]) -> Result<()> {
+    pub fn wait_counts_unless(&self, aborted: &dyn Fn() -> bool, counts: &[(usize, u64)]) -> Result<()> {
         self.wait(aborted, || {
             counts.iter().all(|&(p, k)| self.word(p, self.rank).is_none_or(|w| w.load(Ordering::Acquire) >= k))
         })
@@ -197,24 +206,27 @@ impl LocalOrder {
     }
 }
 
+/// The views of ranks `local` of an `nranks`-rank communicator, threads of one process, sharing
+/// a table (for tests of the paths that use it).
+#[cfg(test)]
+pub(crate) fn ranks_of_one_process(local: &[usize], nranks: usize) -> Vec<LocalOrder> {
+    let table = Arc::new(Table { submitted: (0..local.len() * nranks).map(|_| AtomicU64::new(0)).collect() });
+    local
+        .iter()
+        .map(|&rank| LocalOrder {
+            rank,
+            nranks,
+            local: local.to_vec(),
+            table: table.clone(),
+            counted: Mutex::new(vec![0; nranks]),
+            ordered: AtomicU64::new(0),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ranks_of_one_process(local: &[usize], nranks: usize) -> Vec<LocalOrder> {
-        let table = Arc::new(Table { submitted: (0..local.len() * nranks).map(|_| AtomicU64::new(0)).collect() });
-        local
-            .iter()
-            .map(|&rank| LocalOrder {
-                rank,
-                nranks,
-                local: local.to_vec(),
-                table: table.clone(),
-                counted: Mutex::new(vec![0; nranks]),
-                ordered: AtomicU64::new(0),
-            })
-            .collect()
-    }
 
     /// Ranks 0 and 2 of 3 are threads of this process, rank 1 is elsewhere: a rank waits for its
     /// process mate's share of the same operations, never for a rank of another process.

@@ -45,6 +45,8 @@ pub(crate) struct LayerState {
     pub p2p: Option<Arc<device_p2p::P2pState>>,
     /// The staged path's submission order among ranks of this process, once decided.
     pub staged_order: Option<Option<Arc<local_order::LocalOrder>>>,
+    /// The device point-to-point path's submission order among ranks of this process.
+    pub p2p_order: Option<Option<Arc<local_order::LocalOrder>>>,
 }
 
 /// Which operation, with its root or peer.

@@ -26,6 +26,9 @@ pub enum Handle {
     Legacy { handle: [u8; 64], size: u64 },
     /// An ncclMemAlloc (cuMem) allocation, exported as a POSIX descriptor ([`super::vmm`]).
     Vmm { fd: i32, serial: u64, size: u64 },
+    /// A buffer of a rank in the same process, which needs no handle: its address is used as
+    /// is ([`local`]). Any device memory qualifies, stream-ordered pool memory included.
+    Local,
 }
 
 /// A device buffer as another process can find it.
@@ -40,6 +43,7 @@ pub struct Export {
 
 const KIND_LEGACY: u8 = 1;
 const KIND_VMM: u8 = 2;
+const KIND_LOCAL: u8 = 3;
 
 impl Export {
     pub fn encode(&self, out: &mut [u8]) {
@@ -56,6 +60,7 @@ impl Export {
                 out[16..24].copy_from_slice(&serial.to_le_bytes());
                 out[24..32].copy_from_slice(&size.to_le_bytes());
             }
+            Handle::Local => out[0] = KIND_LOCAL,
         }
         out[72..80].copy_from_slice(&self.offset.to_le_bytes());
         out[80..88].copy_from_slice(&self.addr.to_le_bytes());
@@ -78,10 +83,17 @@ impl Export {
                 serial: u64_at(16)?,
                 size: u64_at(24)?,
             },
+            KIND_LOCAL => Handle::Local,
             _ => return None,
         };
         Some(Export { handle, offset: u64_at(72)?, addr: u64_at(80)? })
     }
+}
+
+/// Describes a device buffer for ranks of this same process: its address, no handle (making
+/// one costs a driver call, and fails for memory CUDA IPC cannot share).
+pub fn local(ptr: *const u8) -> Export {
+    Export { handle: Handle::Local, offset: 0, addr: ptr as u64 }
 }
 
 /// Describes a device buffer for other processes. `ptr` must be device memory.
@@ -136,6 +148,11 @@ pub fn open(pid: u32, e: &Export) -> Result<*mut u8> {
         Handle::Vmm { fd, serial, size } => {
             return super::vmm::import(pid, &super::vmm::Shareable { fd, serial, size, offset: e.offset })
         }
+        Handle::Local => {
+            return Err(crate::error::Error::remote(format!(
+                "pid {pid} described a buffer by its address only, which another process cannot use"
+            )))
+        }
     };
     let owner_start = e.addr.wrapping_sub(e.offset);
     let owner_end = owner_start.saturating_add(size);
@@ -184,9 +201,11 @@ mod tests {
 
     #[test]
     fn export_codec_round_trip_and_rejects_wrong_lengths_and_kinds() {
-        for handle in
-            [Handle::Legacy { handle: [7; 64], size: 3 << 20 }, Handle::Vmm { fd: 42, serial: 9, size: 2 << 20 }]
-        {
+        for handle in [
+            Handle::Legacy { handle: [7; 64], size: 3 << 20 },
+            Handle::Vmm { fd: 42, serial: 9, size: 2 << 20 },
+            Handle::Local,
+        ] {
             let e = Export { handle, offset: 4096, addr: 0x7f00_0000_1000 };
             let mut b = [0u8; EXPORT_BYTES];
             e.encode(&mut b);
@@ -199,5 +218,9 @@ mod tests {
             unknown[0] = 0;
             assert_eq!(Export::decode(&unknown), None);
         }
+        let mine = local(0x7f00_0000_2000 as *const u8);
+        assert_eq!((mine.handle, mine.addr), (Handle::Local, 0x7f00_0000_2000));
+        let e = open(1, &mine).unwrap_err();
+        assert!(e.to_string().contains("address only"), "{e}");
     }
 }

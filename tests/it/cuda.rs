@@ -249,7 +249,8 @@ fn device_collectives(rank: usize, n: usize, comm: ncclComm_t) {
 /// One thread drives every rank (`ncclCommInitAll`, then each call grouped over the
 /// communicators, as nccl-tests `-g` and single-process multi-GPU programs do): each
 /// communicator's part runs on a thread of its own, so the group neither stages through host
-/// memory nor waits for itself. Here all ranks use the one GPU (device list 0, 0, 0).
+/// memory nor waits for itself; a ring of sends and receives in the same groups copies between
+/// the ranks' buffers. Here all ranks use the one GPU (device list 0, 0, 0).
 #[test]
 fn one_thread_drives_every_rank_in_groups() {
     if skip("one_thread_drives_every_rank_in_groups") {
@@ -264,6 +265,7 @@ fn one_thread_drives_every_rank_in_groups() {
     let sends: Vec<DevBuf> = (0..n).map(|r| DevBuf::from(&vec![(r + 1) as f32; count])).collect();
     let recvs: Vec<DevBuf> = (0..n).map(|_| DevBuf::new(count)).collect();
     let gathered: Vec<DevBuf> = (0..n).map(|_| DevBuf::new(count * n)).collect();
+    let ringed: Vec<DevBuf> = (0..n).map(|_| DevBuf::new(count)).collect();
     for round in 0..3 {
         check(ncclGroupStart(), "group start");
         for r in 0..n {
@@ -272,6 +274,10 @@ fn one_thread_drives_every_rank_in_groups() {
                 "allreduce",
             );
             check(ncclAllGather(sends[r].p(), gathered[r].p(), count, F32, comms[r], streams[r]), "allgather");
+            // A ring of messages in the same group (each rank's part on a thread of its own).
+            let (to, from) = ((r + 1) % n, (r + n - 1) % n);
+            check(ncclSend(sends[r].p(), count, F32, to as i32, comms[r], streams[r]), "send");
+            check(ncclRecv(ringed[r].p(), count, F32, from as i32, comms[r], streams[r]), "recv");
         }
         check(ncclGroupEnd(), "group end");
         for &s in &streams {
@@ -281,6 +287,8 @@ fn one_thread_drives_every_rank_in_groups() {
         for r in 0..n {
             assert_eq!(recvs[r].download(), vec![6.0f32; count], "round {round}: rank {r}'s all-reduce");
             assert_eq!(gathered[r].download(), want, "round {round}: rank {r}'s all-gather");
+            let from = (r + n - 1) % n;
+            assert_eq!(ringed[r].download(), vec![(from + 1) as f32; count], "round {round}: rank {r}'s message");
         }
     }
     for c in comms {
@@ -318,6 +326,19 @@ fn device_buffers_threads_2_and_3() {
         with_ranks(n, move |rank, comm| device_collectives(rank, n, comm.0));
     }
     println!("device collectives: 2 and 3 thread ranks OK");
+}
+
+/// Sends and receives between rank threads of one process copy straight between their device
+/// buffers (by address), taking turns with each other on the context's hardware queues.
+#[test]
+fn device_p2p_threads_2_and_3() {
+    if skip("device_p2p_threads_2_and_3") {
+        return;
+    }
+    for n in [2usize, 3] {
+        with_ranks(n, move |rank, comm| device_p2p(rank, n, comm.0));
+    }
+    println!("device sends and receives: 2 and 3 thread ranks OK");
 }
 
 #[test]
@@ -490,7 +511,7 @@ fn gpu_processes_ipc() {
 
 /// Rank threads of one process share its CUDA context's hardware queues: with one queue for
 /// all streams, a rank's stream waiting on a flag holds up every stream submitted after it.
-/// Ranks submit their waits in turn (coll::local_order), so the one-GPU path and the staged
+/// Ranks submit their waits in turn (coll::local_order), so the one-GPU path and the direct
 /// send/receive still complete (before, this stopped every time, round 23). In a child
 /// process, as the variable only counts when the context is made; stopped after 90 s.
 #[test]
@@ -498,25 +519,27 @@ fn rank_threads_with_one_hardware_queue() {
     if skip("rank_threads_with_one_hardware_queue") {
         return;
     }
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "cuda::device_buffers_threads_2_and_3", "--nocapture", "--test-threads=1"])
-        .env("CUDA_DEVICE_MAX_CONNECTIONS", "1")
-        .env("FERROCCL_TIMEOUT", "60")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > std::time::Duration::from_secs(90) {
-            child.kill().ok();
-            panic!("rank threads on one hardware queue still running after 90 s");
+    for test in ["cuda::device_buffers_threads_2_and_3", "cuda::device_p2p_threads_2_and_3"] {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+            .env("FERROCCL_TIMEOUT", "60")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if start.elapsed() > std::time::Duration::from_secs(90) {
+                child.kill().ok();
+                panic!("{test}: rank threads on one hardware queue still running after 90 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
         }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        let out = child.wait_with_output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && text.contains("1 passed"), "{test}:\n{text}");
     }
-    let out = child.wait_with_output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success() && text.contains("1 passed"), "{text}");
 }
 
 /// The path for ranks on different GPUs with peer access, run on one GPU (every rank's
