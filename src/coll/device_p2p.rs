@@ -22,14 +22,18 @@
 //! on both sides instead of overrunning a buffer or waiting for ever. A pair where either rank
 //! could not export a buffer is staged on both sides. Every rank queues its pairs' flag writes
 //! first, then its copies, then its waits ([`Turn`]), so two ranks sending to each other never
-//! wait on each other. Ranks that are threads of one process share its contexts' hardware
-//! queues, on which a queued wait holds up whatever is submitted after it: they take those
-//! turns together ([`in_turns`], `local_order`), so that every wait is submitted after the
-//! flag write it waits for.
+//! wait on each other. Ranks that are threads of one process on different GPUs are ordered
+//! the same way (each GPU has a context, and hardware queues, of its own). Rank threads that
+//! share a GPU share its context's hardware queues, on which a queued wait holds up whatever is
+//! submitted after it; they keep the staged path, unless FERROCCL_PEER_PATH_ON_ONE_GPU is set
+//! (to run this path on a one-GPU machine), in which case they take the turns together
+//! ([`in_turns`], `local_order`), so that every wait is submitted after the flag write it waits
+//! for. Taking turns waits on the host for the mates of the group, so there each rank's
+//! sends and receives with a mate must be grouped alike on both sides.
 //!
 //! Which sends and receives take this path depends only on what both ranks of a pair agree on
-//! (their GPUs and what each reaches, device buffers, NCCL_P2P_DISABLE), each decided on its
-//! own, so the two always choose alike; the rest of a group keeps its path.
+//! (their GPUs and what each reaches, their processes, device buffers, NCCL_P2P_DISABLE), each
+//! decided on its own, so the two always choose alike; the rest of a group keeps its path.
 
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
@@ -48,8 +52,10 @@ use crate::transport::peer_mem::{self, PeerMaps, SharedRef};
 const LINE_BYTES: usize = 8;
 /// The exchange header: pid (4), status (1: this rank could not export one of the pair's
 /// buffers), 3 zero bytes, the inbox page's fd (i32), this rank's sends to the peer and
-/// receives from it (u16 each), the page's serial and size.
-const HEADER_BYTES: usize = 32;
+/// receives from it (u16 each), the page's serial and size, the pid namespace (with the pid,
+/// which process this is), and the turns this rank has counted with the peer
+/// ([`MateTurns`]).
+const HEADER_BYTES: usize = 48;
 /// One buffer in the exchange: its export, then its byte count.
 const ENTRY_BYTES: usize = ipc::EXPORT_BYTES + 8;
 
@@ -63,7 +69,9 @@ fn word_addr(inbox: u64, source: usize, word: usize) -> u64 {
 type Ops = Vec<(Arc<Comm>, OpRequest)>;
 
 /// Whether the pair (this rank, `peer`) of `comm` moves device buffers directly: GPUs that
-/// reach each other both ways (one GPU reaches itself), one host, and NCCL_P2P_DISABLE unset.
+/// reach each other both ways (one GPU reaches itself), one host, not two threads of one
+/// process on one GPU (unless FERROCCL_PEER_PATH_ON_ONE_GPU, see the module doc), and
+/// NCCL_P2P_DISABLE unset.
 fn pair_applies(comm: &Comm, peer: usize) -> bool {
     let (me, them) = (&comm.peers[comm.rank], &comm.peers[peer]);
     peer != comm.rank
@@ -72,6 +80,7 @@ fn pair_applies(comm: &Comm, peer: usize) -> bool {
         && them.gpu.bus != 0
         && me.gpu.reach.contains(&them.gpu.bus)
         && them.gpu.reach.contains(&me.gpu.bus)
+        && (!shares_context(comm, peer) || crate::env::get_bool("FERROCCL_PEER_PATH_ON_ONE_GPU"))
         && !crate::env::get_bool("NCCL_P2P_DISABLE")
 }
 
@@ -293,9 +302,9 @@ fn peer_of(req: &OpRequest) -> usize {
 }
 
 /// Queues a group's sends and receives that [`split`] chose. Returns those to stage instead:
-/// the pairs where either rank could not export a buffer (memory CUDA IPC cannot share, such
-/// as a stream-ordered pool's), which both ranks of the pair learn from the exchange and so
-/// stage alike. Several communicators in one group (one thread driving several ranks) are
+/// the pairs of ranks in different processes where either rank could not export a buffer
+/// (memory CUDA IPC cannot share, such as a stream-ordered pool's), which both ranks of the
+/// pair learn from the exchange and so stage alike. Several communicators in one group (one thread driving several ranks) are
 /// submitted each from a thread of its own, as their exchanges wait for each other.
 pub fn submit_all(direct: Ops) -> Result<Ops> {
     let per_comm = super::by_communicator(direct);
@@ -324,10 +333,8 @@ fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<Vec<OpRequest>> {
     let mut peers: Vec<usize> = reqs.iter().map(peer_of).collect();
     peers.sort_unstable();
     peers.dedup();
-    // Counted before anything can fail, so that mates never wait for this group in vain.
-    let mates: Vec<usize> = peers.iter().copied().filter(|&p| same_process(comm, p)).collect();
-    let turns = MateTurns::start(LocalOrder::device_p2p(comm), &mates);
     let st = state(comm)?;
+    let mates: Vec<usize> = peers.iter().copied().filter(|&p| same_process(comm, p)).collect();
     if !mates.is_empty() && !st.inner.mates_logged.swap(true, std::sync::atomic::Ordering::Relaxed) {
         log::info!(
             target: "P2P",
@@ -335,23 +342,45 @@ fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<Vec<OpRequest>> {
              the buffers by address"
         );
     }
+    // Mates on this rank's GPU take turns (only with FERROCCL_PEER_PATH_ON_ONE_GPU).
+    let order = peers.iter().any(|&p| shares_context(comm, p)).then(|| LocalOrder::device_p2p(comm)).flatten();
     let timed = log::log_enabled!(target: "P2P", log::Level::Trace).then(std::time::Instant::now);
-    let (messages, unexported) = exchange(comm, &st, &reqs, &peers)?;
-    let exchanged = timed.map(|t| t.elapsed());
-    // Pairs where either side could not export: staged on both sides.
-    let failed: Vec<usize> = peers
+    let exchanged = exchange(comm, &st, &reqs, &peers, order.as_deref())?;
+    let exchange_time = timed.map(|t| t.elapsed());
+    // Counted once the exchange is in, from the larger of both sides' counts (see MateTurns).
+    let turn_mates: Vec<(usize, u64)> = peers
         .iter()
-        .zip(&messages)
-        .zip(&unexported)
-        .filter(|((_, m), &mine)| mine || m[4] != 0)
-        .map(|((&p, _), _)| p)
+        .zip(&exchanged.messages)
+        .filter(|&(&p, _)| shares_context(comm, p))
+        .map(|(&p, m)| (p, u64::from_le_bytes(m[40..48].try_into().expect("8 bytes"))))
         .collect();
-    for &p in &failed {
-        log::info!(target: "P2P", "device send/receive with rank {p}: a buffer cannot be shared through CUDA IPC; staged");
+    let turns = MateTurns::start(order, &turn_mates);
+    // Pairs where either side could not export: staged on both sides. Pairs whose groups do
+    // not match: left out on both sides (the group fails); the other pairs go ahead.
+    let mut failed: Vec<usize> = Vec::new();
+    let mut mismatch: Option<Error> = None;
+    for ((&p, m), (&unexported, refused)) in
+        peers.iter().zip(&exchanged.messages).zip(exchanged.unexported.iter().zip(exchanged.mismatched))
+    {
+        if let Some(e) = refused {
+            log::warn!(target: "P2P", "device send/receive: {e}");
+            mismatch.get_or_insert(e);
+            failed.push(p);
+        } else if unexported || m[4] != 0 {
+            log::info!(target: "P2P", "device send/receive with rank {p}: a buffer cannot be shared through CUDA IPC; staged");
+            failed.push(p);
+        }
     }
     let (back, direct): (Vec<OpRequest>, Vec<OpRequest>) = reqs.iter().partition(|r| failed.contains(&peer_of(r)));
-    let result = queue(comm, &st, &direct, &peers, &messages, turns.as_ref());
-    if let (Some(t), Some(x)) = (timed, exchanged) {
+    let back = match mismatch {
+        Some(e) => {
+            comm.set_async_error(&e);
+            Err(e)
+        }
+        None => Ok(back),
+    };
+    let result = queue(comm, &st, &direct, &peers, &exchanged.messages, turns.as_ref());
+    if let (Some(t), Some(x)) = (timed, exchange_time) {
         log::trace!(
             target: "P2P",
             "device send/receive: {} requests with {} peers, exchange {} us, queue {} us",
@@ -368,7 +397,7 @@ fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<Vec<OpRequest>> {
         }
         last.iter().find(|(s, _)| *s == stream).expect("added above").1.record(stream)?;
     }
-    result.map(|()| back)
+    result.and(back)
 }
 
 /// The group's sends to this rank itself, each copied into the matching receive (the k-th send
@@ -405,12 +434,28 @@ fn entries_for(reqs: &[OpRequest], peer: usize) -> impl Iterator<Item = &OpReque
     sends.chain(recvs)
 }
 
+/// What [`exchange`] returns, per peer of the group (in `peers` order).
+struct Exchanged {
+    /// The peer's message.
+    messages: Vec<Vec<u8>>,
+    /// Whether this rank failed to export one of the pair's buffers.
+    unexported: Vec<bool>,
+    /// Why the pair's groups do not match, if they do not.
+    mismatched: Vec<Option<Error>>,
+}
+
 /// Sends every peer of the group this rank's message and receives theirs (host point-to-point,
-/// one group). Returns the peers' messages and, per peer, whether this rank failed to export
-/// one of the pair's buffers (the exchange goes on, telling the peer), both in `peers` order.
-/// The header's counts of sends and receives are checked against this rank's own, so that
-/// groups that do not match fail on both sides before anything is queued.
-fn exchange(comm: &Arc<Comm>, st: &P2pState, reqs: &[OpRequest], peers: &[usize]) -> Result<(Vec<Vec<u8>>, Vec<bool>)> {
+/// one group). A pair where this rank fails to export a buffer still exchanges, telling the
+/// peer. The header's counts of sends and receives are checked against this rank's own, per
+/// peer, so that a pair whose groups do not match fails on both sides before anything of it
+/// is queued, while the group's other pairs go ahead.
+fn exchange(
+    comm: &Arc<Comm>,
+    st: &P2pState,
+    reqs: &[OpRequest],
+    peers: &[usize],
+    order: Option<&LocalOrder>,
+) -> Result<Exchanged> {
     let mut unexported = Vec::with_capacity(peers.len());
     let mut mine = Vec::with_capacity(peers.len());
     let mut theirs = Vec::with_capacity(peers.len());
@@ -421,6 +466,8 @@ fn exchange(comm: &Arc<Comm>, st: &P2pState, reqs: &[OpRequest], peers: &[usize]
         m[8..12].copy_from_slice(&page.fd.to_le_bytes());
         m[16..24].copy_from_slice(&page.serial.to_le_bytes());
         m[24..32].copy_from_slice(&page.size.to_le_bytes());
+        m[32..40].copy_from_slice(&pid_namespace().to_le_bytes());
+        m[40..48].copy_from_slice(&order.map_or(0, |o| o.counted_with(p)).to_le_bytes());
         let (sends, recvs) = counts(reqs, p);
         m[12..14].copy_from_slice(&(sends as u16).to_le_bytes());
         m[14..16].copy_from_slice(&(recvs as u16).to_le_bytes());
@@ -464,25 +511,53 @@ fn exchange(comm: &Arc<Comm>, st: &P2pState, reqs: &[OpRequest], peers: &[usize]
     if let Some(t) = timed {
         log::trace!(target: "P2P", "device send/receive: host messages {} us", t.elapsed().as_micros());
     }
-    for (&p, t) in peers.iter().zip(&theirs) {
-        let their = |a: usize| u16::from_le_bytes([t[a], t[a + 1]]) as usize;
-        let (sends, recvs) = counts(reqs, p);
-        if (their(12), their(14)) != (recvs, sends) {
-            return Err(Error::invalid_usage(format!(
-                "this rank's group has {sends} sends to rank {p} and {recvs} receives from it; rank {p}'s has {} \
-                 receives from this rank and {} sends to it",
-                their(14),
-                their(12)
-            )));
-        }
-    }
-    Ok((theirs, unexported))
+    let mismatched = peers
+        .iter()
+        .zip(&theirs)
+        .map(|(&p, t)| {
+            let their = |a: usize| u16::from_le_bytes([t[a], t[a + 1]]) as usize;
+            let (sends, recvs) = counts(reqs, p);
+            ((their(12), their(14)) != (recvs, sends)).then(|| {
+                Error::invalid_usage(format!(
+                    "this rank's group has {sends} sends to rank {p} and {recvs} receives from it; rank {p}'s has \
+                     {} receives from this rank and {} sends to it",
+                    their(14),
+                    their(12)
+                ))
+            })
+        })
+        .collect();
+    Ok(Exchanged { messages: theirs, unexported, mismatched })
 }
 
-/// Whether `peer` is a thread of this rank's process.
+/// Whether `peer` is a thread of this rank's process (as the ranks' init data tell; the
+/// exchange confirms it with the pid namespace before an address is used).
 fn same_process(comm: &Comm, peer: usize) -> bool {
     let (me, them) = (&comm.peers[comm.rank], &comm.peers[peer]);
     me.pid == them.pid && me.host_hash == them.host_hash
+}
+
+/// Whether `peer` is a thread of this rank's process on the same GPU: one context, whose
+/// hardware queues their streams share.
+fn shares_context(comm: &Comm, peer: usize) -> bool {
+    same_process(comm, peer) && comm.peers[comm.rank].gpu.bus == comm.peers[peer].gpu.bus
+}
+
+/// This process's pid namespace (the inode of /proc/self/ns/pid; 0 where unreadable): with the
+/// pid, which process a peer is, also between containers that share a host name and boot.
+fn pid_namespace() -> u64 {
+    static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *NS.get_or_init(|| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+    })
+}
+
+/// Whether the peer whose message is `msg` is this very process.
+fn is_this_process(msg: &[u8]) -> bool {
+    let pid = u32::from_le_bytes(msg[..4].try_into().expect("4 bytes"));
+    let ns = u64::from_le_bytes(msg[32..40].try_into().expect("8 bytes"));
+    pid == std::process::id() && ns == pid_namespace()
 }
 
 /// Reads entry `i` of a peer's message: the export (if the buffer is not empty) and bytes.
@@ -667,11 +742,14 @@ struct MateTurns {
 }
 
 impl MateTurns {
-    /// `None` when the group has no mate (nothing to take turns with).
-    fn start(order: Option<Arc<LocalOrder>>, mates: &[usize]) -> Option<MateTurns> {
+    /// The turns with `mates`, each with the count the mate had reached with this rank before
+    /// the group (from its exchange header): both ranks of a pair count on from the larger of
+    /// their two counts, so they agree even after one of them left a group early. `None` when
+    /// the group has no mate (nothing to take turns with).
+    fn start(order: Option<Arc<LocalOrder>>, mates: &[(usize, u64)]) -> Option<MateTurns> {
         let order = order.filter(|_| !mates.is_empty())?;
-        let ready = order.count(mates.iter().copied());
-        let copied = order.count(mates.iter().copied());
+        let ready = order.count_from(mates.iter().copied());
+        let copied = order.count_from(mates.iter().map(|&(p, _)| (p, 0)));
         Some(MateTurns { order, ready, copied })
     }
 }
@@ -745,12 +823,18 @@ fn copy(comm: &Comm, r: &OpRequest, peer: usize, msg: &[u8], position: usize, st
     }
     let Some(export) = export else { return Ok(()) };
     let pid = u32::from_le_bytes(msg[..4].try_into().expect("4 bytes"));
-    let other = if export.handle == ipc::Handle::Local && pid == std::process::id() {
-        // A process mate's buffer: on another device, this context must map that device's
-        // memory for the copy to go across the link (without it the driver stages the copy).
+    let other = if export.handle == ipc::Handle::Local {
+        if !is_this_process(msg) {
+            return Err(Error::remote(format!(
+                "rank {peer} passed its buffer's address as a thread of this process, but it is another process \
+                 (pid {pid} in another pid namespace)"
+            )));
+        }
+        // A process mate's buffer: on another device, the stream's context must map that
+        // device's memory for the copy to go across the link.
         let dev = comm.peers[peer].cuda_dev;
         if dev != comm.cuda_dev {
-            crate::cuda::driver::enable_peer_access(dev)?;
+            crate::cuda::driver::enable_peer_access_from(stream.context()?, dev)?;
         }
         export.addr as *mut u8
     } else {
@@ -940,7 +1024,7 @@ mod tests {
                             }
                         }
                         let seq = vec![g + 1; steps.len()];
-                        let mates = peers(me, n);
+                        let mates: Vec<(usize, u64)> = peers(me, n).into_iter().map(|p| (p, 0)).collect();
                         let turns = if take_turns { MateTurns::start(Some(order.clone()), &mates) } else { None };
                         let on: Vec<&Step> = steps.iter().collect();
                         in_turns(turns.as_ref(), &|| false, |turn| {

@@ -154,6 +154,25 @@ impl LocalOrder {
             .collect()
     }
 
+    /// Device point-to-point path: the count this rank has reached with `partner`.
+    pub fn counted_with(&self, partner: usize) -> u64 {
+        self.counted.lock().unwrap_or_else(|p| p.into_inner()).get(partner).copied().unwrap_or(0)
+    }
+
+    /// Device point-to-point path: counts one operation with each partner, starting from the
+    /// larger of this rank's count with it and `floor` (the partner's own count, which it sent):
+    /// both ranks of a pair reach the same count, even after one of them skipped a group.
+    pub fn count_from(&self, partners: impl Iterator<Item = (usize, u64)>) -> Vec<(usize, u64)> {
+        let mut counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
+        partners
+            .filter(|&(p, _)| p != self.rank && p < self.nranks)
+            .map(|(p, floor)| {
+                counted[p] = counted[p].max(floor) + 1;
+                (p, counted[p])
+            })
+            .collect()
+    }
+
     /// Staged path: this rank has submitted its share of the counted operations.
     pub fn publish_counts(&self, counts: &[(usize, u64)]) {
         for &(p, k) in counts {
@@ -163,8 +182,8 @@ impl LocalOrder {
         }
     }
 
-    /// Staged path: waits until every partner in this process has submitted its share of as
-    /// many operations with this rank as this rank counted with it.
+    /// Staged and device point-to-point paths: waits until every partner in this process has
+    /// submitted its share of as many operations with this rank as this rank counted with it.
     pub fn wait_counts(&self, comm: &Comm, counts: &[(usize, u64)]) -> Result<()> {
         self.wait_counts_unless(&|| comm.state() == CommState::Aborted, counts)
     }
@@ -257,6 +276,12 @@ mod tests {
         r2.wait_counts_unless(&never, &[(0, 1)]).unwrap();
         r0.publish_seq(7);
         r2.wait(&never, || r2.word(0, 0).unwrap().load(Ordering::Acquire) >= 7).unwrap();
+        // The device point-to-point path counts on from the larger of both sides' counts: a
+        // rank that missed a group (count 1 behind) catches up with its mate's floor.
+        assert_eq!(r0.counted_with(2), 1);
+        assert_eq!(r0.count_from([(2, 3)].into_iter()), vec![(2, 4)]);
+        assert_eq!(r0.count_from([(2, 0), (0, 9)].into_iter()), vec![(2, 5)], "itself is never counted");
+        assert_eq!(r2.count_from([(0, 4)].into_iter()), vec![(0, 5)], "rank 2 (at 1) meets rank 0's count");
         // An abort ends a wait that would never end.
         let e = r2.wait_counts_unless(&|| true, &[(0, 5)]).unwrap_err();
         assert!(e.to_string().contains("aborted"), "{e}");

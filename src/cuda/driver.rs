@@ -229,6 +229,12 @@ pub fn identity(dev: i32) -> GpuIdentity {
 /// buffers directly.
 pub fn enable_peer_access(peer: i32) -> Result<()> {
     let ctx = current_context().ok_or_else(|| Error::internal("no current CUDA context"))?;
+    enable_peer_access_from(ctx, peer)
+}
+
+/// [`enable_peer_access`] for context `ctx` (a stream's), whatever the calling thread has
+/// current, which is left as it was.
+pub fn enable_peer_access_from(ctx: Context, peer: i32) -> Result<()> {
     let peer_ctx =
         primary_context(peer).ok_or_else(|| Error::internal(format!("no CUDA context for device {peer}")))?;
     static ENABLED: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
@@ -237,8 +243,18 @@ pub fn enable_peer_access(peer: i32) -> Result<()> {
     if key.0 == key.1 || enabled.contains(&key) {
         return Ok(());
     }
-    // SAFETY: both contexts came from the driver and live for the process.
+    let pushed = current_context() != Some(ctx);
+    if pushed {
+        // SAFETY: ctx came from the driver (a live stream's or the current context); popped below.
+        check(unsafe { sys::cuCtxPushCurrent_v2(ctx.0) }, "cuCtxPushCurrent")?;
+    }
+    // SAFETY: both contexts came from the driver and live for the process; ctx is current.
     let res = unsafe { sys::cuCtxEnablePeerAccess(peer_ctx.0, 0) };
+    if pushed {
+        let mut popped: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: pops the context pushed above; out-pointer is a live local.
+        check(unsafe { sys::cuCtxPopCurrent_v2(&mut popped) }, "cuCtxPopCurrent")?;
+    }
     if res != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
         check(res, "cuCtxEnablePeerAccess")?;
     }

@@ -297,15 +297,20 @@ fn one_thread_drives_every_rank_in_groups() {
 }
 
 /// The same on the peer-GPU path (FERROCCL_PEER_PATH_ON_ONE_GPU=1: ranks of one process on
-/// "different" GPUs, flags in the host page, each rank copying its own all-gather block), in a
-/// child process since the switch is read once per process.
+/// "different" GPUs, flags in the host page, each rank copying its own all-gather block; their
+/// sends and receives by address, taking turns), in a child process since the switch is read
+/// once per process.
 #[test]
 fn one_thread_drives_every_rank_on_the_peer_path() {
     if skip("one_thread_drives_every_rank_on_the_peer_path") {
         return;
     }
     // And rank threads each making their own calls, on the same path.
-    for test in ["cuda::one_thread_drives_every_rank_in_groups", "cuda::device_buffers_threads_2_and_3"] {
+    for test in [
+        "cuda::one_thread_drives_every_rank_in_groups",
+        "cuda::device_buffers_threads_2_and_3",
+        "cuda::device_p2p_threads_2_and_3",
+    ] {
         let out = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", test, "--nocapture", "--test-threads=1"])
             .env("FERROCCL_PEER_PATH_ON_ONE_GPU", "1")
@@ -328,8 +333,9 @@ fn device_buffers_threads_2_and_3() {
     println!("device collectives: 2 and 3 thread ranks OK");
 }
 
-/// Sends and receives between rank threads of one process copy straight between their device
-/// buffers (by address), taking turns with each other on the context's hardware queues.
+/// Sends and receives between rank threads of one process on one GPU: staged by default; with
+/// FERROCCL_PEER_PATH_ON_ONE_GPU=1 (see the tests that set it) by address, the threads taking
+/// turns on the context's hardware queues, as threads on different GPUs do without turns.
 #[test]
 fn device_p2p_threads_2_and_3() {
     if skip("device_p2p_threads_2_and_3") {
@@ -519,26 +525,36 @@ fn rank_threads_with_one_hardware_queue() {
     if skip("rank_threads_with_one_hardware_queue") {
         return;
     }
-    for test in ["cuda::device_buffers_threads_2_and_3", "cuda::device_p2p_threads_2_and_3"] {
+    let runs: [(&str, &[(&str, &str)]); 3] = [
+        ("cuda::device_buffers_threads_2_and_3", &[]),
+        ("cuda::device_p2p_threads_2_and_3", &[]),
+        ("cuda::device_p2p_threads_2_and_3", &[("FERROCCL_PEER_PATH_ON_ONE_GPU", "1")]),
+    ];
+    for (test, env) in runs {
+        // Output into a file: a pipe left unread until the end could fill and stop the child.
+        let log = std::env::temp_dir().join(format!("ferroccl-one-queue-{}.log", std::process::id()));
+        let file = std::fs::File::create(&log).unwrap();
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", test, "--nocapture", "--test-threads=1"])
             .env("CUDA_DEVICE_MAX_CONNECTIONS", "1")
             .env("FERROCCL_TIMEOUT", "60")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .envs(env.iter().copied())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
             .spawn()
             .unwrap();
         let start = std::time::Instant::now();
         while child.try_wait().unwrap().is_none() {
             if start.elapsed() > std::time::Duration::from_secs(90) {
                 child.kill().ok();
-                panic!("{test}: rank threads on one hardware queue still running after 90 s");
+                panic!("{test} {env:?}: rank threads on one hardware queue still running after 90 s");
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
-        let out = child.wait_with_output().unwrap();
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success() && text.contains("1 passed"), "{test}:\n{text}");
+        let ok = child.wait().unwrap().success();
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        std::fs::remove_file(&log).ok();
+        assert!(ok && text.contains("1 passed"), "{test} {env:?}:\n{text}");
     }
 }
 

@@ -3,7 +3,8 @@
 # reduce-scatter and device point-to-point (checked on one GPU in rounds 58-61) timed against
 # NCCL 2.28.3, one process per GPU: GPU tests on two GPUs first, then all_gather,
 # reduce_scatter, sendrecv and alltoall, ferroccl and NCCL alternating twice, then all_reduce
-# and broadcast once each, and the CUDA_VISIBLE_DEVICES case (each process sees its GPU as
+# and broadcast once each, one process driving both GPUs (-g 2, -t 2; sends and receives by
+# address since d9fef3d), and the CUDA_VISIBLE_DEVICES case (each process sees its GPU as
 # device 0: told apart by PCI location now).
 set -u
 T0=$(date +%s)
@@ -35,6 +36,19 @@ for rep in 1 2; do
 done
 for c in all_reduce broadcast; do run ferroccl-$c $PFX/lib 40 $F/${c}_perf -b 8 -e 1G -f 4 -c 1 -n 10 -w 3; done
 el "two GPUs"
+# One process driving both GPUs (nccl-tests -g 2: one thread, ncclCommInitAll-style group) and
+# two threads of one process (-t 2): sends and receives between GPUs of one process copy by
+# address since d9fef3d (before: staged through host memory).
+for c in sendrecv alltoall all_reduce; do for mode in "-g 2" "-t 2"; do
+  m=${mode// /}
+  for lib in ferroccl nccl; do
+    [ $lib = ferroccl ] && L=$PFX/lib B=$F || L=/usr/lib/x86_64-linux-gnu B=$N
+    timeout 40 mpirun -np 1 --bind-to none -x LD_LIBRARY_PATH=$L -x NCCL_NVLS_ENABLE -x FERROCCL_TIMEOUT \
+      -x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=P2P $B/${c}_perf -b 8 -e 1G -f 4 -c 1 -n 10 -w 3 $mode > $R/$lib-$c$m.log 2>&1
+    echo "$lib-$c$m rc=$? wrong: $(awk '$1 ~ /^[0-9]+$/ && NF > 10 {print $9}' $R/$lib-$c$m.log | sort -u | tr '\n' ' ') direct=$(grep -c 'P2P/direct' $R/$lib-$c$m.log) | $(grep -E '^ +[0-9]+ ' $R/$lib-$c$m.log | awk '$1==8 || $1==2097152 || $1==67108864 || $1==536870912 {printf "%s:%sus/%s ", $1, $6, $8}')"
+  done
+done; done
+el "one process, two GPUs"
 # Each process sees only its own GPU (device 0 in both): a wrapper sets CUDA_VISIBLE_DEVICES by local rank.
 printf '#!/bin/sh\nexport CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK\nexec "$@"\n' > $BUILD/vis.sh; chmod +x $BUILD/vis.sh
 timeout 40 mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH=$PFX/lib -x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=INIT,P2P $BUILD/vis.sh $F/all_reduce_perf -b 8 -e 64M -f 8 -c 1 -n 5 -w 2 > $R/visible-ar.log 2>&1
