@@ -284,7 +284,9 @@ pub static PARAMS: &[Param] = &[
         Bool,
         "0",
         "1 runs device-buffer collectives of ranks that share one GPU (one process each) on the path for ranks on \
-         different GPUs with peer access, to test that path on a one-GPU machine; set it alike on every rank",
+         different GPUs with peer access, and device sends and receives between rank threads of one process that \
+         share a GPU by address (taking turns; they must group their sends and receives with each other alike), to \
+         test those paths on a one-GPU machine; set it alike on every rank",
     ),
     param(
         "FERROCCL_SHM_DIRECT",
