@@ -249,8 +249,7 @@ fn device_collectives(rank: usize, n: usize, comm: ncclComm_t) {
 /// One thread drives every rank (`ncclCommInitAll`, then each call grouped over the
 /// communicators, as nccl-tests `-g` and single-process multi-GPU programs do): each
 /// communicator's part runs on a thread of its own, so the group neither stages through host
-/// memory nor waits for itself; a ring of sends and receives in the same groups copies between
-/// the ranks' buffers. Here all ranks use the one GPU (device list 0, 0, 0).
+/// memory nor waits for itself. Here all ranks use the one GPU (device list 0, 0, 0).
 #[test]
 fn one_thread_drives_every_rank_in_groups() {
     if skip("one_thread_drives_every_rank_in_groups") {
@@ -265,7 +264,6 @@ fn one_thread_drives_every_rank_in_groups() {
     let sends: Vec<DevBuf> = (0..n).map(|r| DevBuf::from(&vec![(r + 1) as f32; count])).collect();
     let recvs: Vec<DevBuf> = (0..n).map(|_| DevBuf::new(count)).collect();
     let gathered: Vec<DevBuf> = (0..n).map(|_| DevBuf::new(count * n)).collect();
-    let ringed: Vec<DevBuf> = (0..n).map(|_| DevBuf::new(count)).collect();
     for round in 0..3 {
         check(ncclGroupStart(), "group start");
         for r in 0..n {
@@ -274,10 +272,6 @@ fn one_thread_drives_every_rank_in_groups() {
                 "allreduce",
             );
             check(ncclAllGather(sends[r].p(), gathered[r].p(), count, F32, comms[r], streams[r]), "allgather");
-            // A ring of messages in the same group (each rank's part on a thread of its own).
-            let (to, from) = ((r + 1) % n, (r + n - 1) % n);
-            check(ncclSend(sends[r].p(), count, F32, to as i32, comms[r], streams[r]), "send");
-            check(ncclRecv(ringed[r].p(), count, F32, from as i32, comms[r], streams[r]), "recv");
         }
         check(ncclGroupEnd(), "group end");
         for &s in &streams {
@@ -287,8 +281,69 @@ fn one_thread_drives_every_rank_in_groups() {
         for r in 0..n {
             assert_eq!(recvs[r].download(), vec![6.0f32; count], "round {round}: rank {r}'s all-reduce");
             assert_eq!(gathered[r].download(), want, "round {round}: rank {r}'s all-gather");
+        }
+    }
+    for c in comms {
+        check(ncclCommDestroy(c), "destroy");
+    }
+}
+
+/// One thread drives every rank's sends and receives (a ring in each group, then an all-to-all
+/// pattern), as nccl-tests `-g` does for sendrecv and alltoall: staged on one GPU by default,
+/// by address with FERROCCL_PEER_PATH_ON_ONE_GPU=1 (the path of ranks on different GPUs).
+#[test]
+fn one_thread_drives_every_rank_with_messages() {
+    if skip("one_thread_drives_every_rank_with_messages") {
+        return;
+    }
+    let n = 3;
+    let mut comms: Vec<ncclComm_t> = vec![std::ptr::null_mut(); n];
+    check(ncclCommInitAll(comms.as_mut_ptr(), n as i32, [0, 0, 0].as_ptr()), "ncclCommInitAll");
+    assert!(gpu_context());
+    let count = 1000 + 3;
+    let streams: Vec<*mut c_void> = (0..n).map(|_| new_stream()).collect();
+    let value = |from: usize, to: usize, round: usize| (from * 100 + to * 10 + round) as f32;
+    for round in 0..3 {
+        // A ring: rank r sends to r + 1.
+        let sends: Vec<DevBuf> = (0..n).map(|r| DevBuf::from(&vec![value(r, (r + 1) % n, round); count])).collect();
+        let recvs: Vec<DevBuf> = (0..n).map(|_| DevBuf::new(count)).collect();
+        check(ncclGroupStart(), "group start");
+        for r in 0..n {
+            let (to, from) = ((r + 1) % n, (r + n - 1) % n);
+            check(ncclSend(sends[r].p(), count, F32, to as i32, comms[r], streams[r]), "send");
+            check(ncclRecv(recvs[r].p(), count, F32, from as i32, comms[r], streams[r]), "recv");
+        }
+        check(ncclGroupEnd(), "group end");
+        for &s in &streams {
+            sync(s);
+        }
+        for r in 0..n {
             let from = (r + n - 1) % n;
-            assert_eq!(ringed[r].download(), vec![(from + 1) as f32; count], "round {round}: rank {r}'s message");
+            assert_eq!(
+                recvs[r].download(),
+                vec![value(from, r, round); count],
+                "round {round}: rank {r}'s ring message"
+            );
+        }
+        // All to all: every rank sends its block j to rank j (its own block included).
+        let blocks: Vec<DevBuf> = (0..n)
+            .map(|r| DevBuf::from(&(0..n).flat_map(|j| vec![value(r, j, round); count]).collect::<Vec<f32>>()))
+            .collect();
+        let gathered: Vec<DevBuf> = (0..n).map(|_| DevBuf::new(count * n)).collect();
+        check(ncclGroupStart(), "group start");
+        for r in 0..n {
+            for j in 0..n {
+                check(ncclSend(blocks[r].at(j * count), count, F32, j as i32, comms[r], streams[r]), "a2a send");
+                check(ncclRecv(gathered[r].at(j * count), count, F32, j as i32, comms[r], streams[r]), "a2a recv");
+            }
+        }
+        check(ncclGroupEnd(), "group end");
+        for &s in &streams {
+            sync(s);
+        }
+        for r in 0..n {
+            let want: Vec<f32> = (0..n).flat_map(|j| vec![value(j, r, round); count]).collect();
+            assert_eq!(gathered[r].download(), want, "round {round}: rank {r}'s all-to-all");
         }
     }
     for c in comms {
@@ -308,6 +363,7 @@ fn one_thread_drives_every_rank_on_the_peer_path() {
     // And rank threads each making their own calls, on the same path.
     for test in [
         "cuda::one_thread_drives_every_rank_in_groups",
+        "cuda::one_thread_drives_every_rank_with_messages",
         "cuda::device_buffers_threads_2_and_3",
         "cuda::device_p2p_threads_2_and_3",
     ] {
