@@ -317,13 +317,9 @@ fn one_thread_drives_every_rank_with_messages() {
         for &s in &streams {
             sync(s);
         }
-        for r in 0..n {
+        for (r, got) in recvs.iter().enumerate() {
             let from = (r + n - 1) % n;
-            assert_eq!(
-                recvs[r].download(),
-                vec![value(from, r, round); count],
-                "round {round}: rank {r}'s ring message"
-            );
+            assert_eq!(got.download(), vec![value(from, r, round); count], "round {round}: rank {r}'s ring message");
         }
         // All to all: every rank sends its block j to rank j (its own block included).
         let blocks: Vec<DevBuf> = (0..n)
@@ -341,9 +337,9 @@ fn one_thread_drives_every_rank_with_messages() {
         for &s in &streams {
             sync(s);
         }
-        for r in 0..n {
+        for (r, got) in gathered.iter().enumerate() {
             let want: Vec<f32> = (0..n).flat_map(|j| vec![value(j, r, round); count]).collect();
-            assert_eq!(gathered[r].download(), want, "round {round}: rank {r}'s all-to-all");
+            assert_eq!(got.download(), want, "round {round}: rank {r}'s all-to-all");
         }
     }
     for c in comms {
