@@ -304,31 +304,53 @@ fn peer_of(req: &OpRequest) -> usize {
 /// Queues a group's sends and receives that [`split`] chose. Returns those to stage instead:
 /// the pairs of ranks in different processes where either rank could not export a buffer
 /// (memory CUDA IPC cannot share, such as a stream-ordered pool's), which both ranks of the
-/// pair learn from the exchange and so stage alike. Several communicators in one group (one thread driving several ranks) are
-/// submitted each from a thread of its own, as their exchanges wait for each other.
-pub fn submit_all(direct: Ops) -> Result<Ops> {
+/// pair learn from the exchange and so stage alike; and the first error, if any. A pair whose
+/// groups do not match is refused on both sides without touching the group's other pairs,
+/// whose staged part still comes back, as it does for the other communicators of the group.
+/// Several communicators in one group (one thread driving several ranks) are submitted each
+/// from a thread of its own, as their exchanges wait for each other.
+pub fn submit_all(direct: Ops) -> (Ops, Option<Error>) {
     let per_comm = super::by_communicator(direct);
-    let staged: Vec<Result<Ops>> = if per_comm.len() == 1 {
+    let submitted: Vec<(Arc<Comm>, Result<Submitted>)> = if per_comm.len() == 1 {
         let (comm, reqs) = &per_comm[0];
-        vec![submit(comm, reqs).map(|back| back.into_iter().map(|r| (comm.clone(), r)).collect())]
+        vec![(comm.clone(), submit(comm, reqs))]
     } else {
-        super::one_gpu::on_own_threads(per_comm, |comm, reqs| {
-            submit(comm, reqs).map(|back| back.into_iter().map(|r| (comm.clone(), r)).collect())
-        })
+        let comms: Vec<Arc<Comm>> = per_comm.iter().map(|(c, _)| c.clone()).collect();
+        comms.into_iter().zip(super::one_gpu::on_own_threads(per_comm, submit)).collect()
     };
     let mut back = Vec::new();
-    for s in staged {
-        back.extend(s?);
+    let mut first_error = None;
+    for (comm, s) in submitted {
+        match s {
+            Ok(s) => {
+                back.extend(s.staged.into_iter().map(|r| (comm.clone(), r)));
+                if let Some(e) = s.error {
+                    first_error.get_or_insert(e);
+                }
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
     }
-    Ok(back)
+    (back, first_error)
+}
+
+/// What [`submit`] leaves to the caller.
+struct Submitted {
+    /// Requests to stage (both sides of their pairs stage them).
+    staged: Vec<OpRequest>,
+    /// The first error of this communicator's part: a pair refused (groups that do not match)
+    /// or a failure to queue.
+    error: Option<Error>,
 }
 
 /// One communicator's part of [`submit_all`].
-fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<Vec<OpRequest>> {
+fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<Submitted> {
     copy_to_self(comm.rank, reqs)?;
     let reqs: Vec<OpRequest> = reqs.iter().filter(|r| peer_of(r) != comm.rank).copied().collect();
     if reqs.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Submitted { staged: Vec::new(), error: None });
     }
     let mut peers: Vec<usize> = reqs.iter().map(peer_of).collect();
     peers.sort_unstable();
@@ -345,40 +367,53 @@ fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<Vec<OpRequest>> {
     // Mates on this rank's GPU take turns (only with FERROCCL_PEER_PATH_ON_ONE_GPU).
     let order = peers.iter().any(|&p| shares_context(comm, p)).then(|| LocalOrder::device_p2p(comm)).flatten();
     let timed = log::log_enabled!(target: "P2P", log::Level::Trace).then(std::time::Instant::now);
-    let exchanged = exchange(comm, &st, &reqs, &peers, order.as_deref())?;
+    let exchanged = match exchange(comm, &st, &reqs, &peers, order.as_deref()) {
+        Ok(x) => x,
+        Err(e) => {
+            // Mates whose part of the exchange went through must not wait for this rank's turns:
+            // count them (on from this side's counts) and publish at once.
+            let sharing: Vec<(usize, u64)> =
+                peers.iter().filter(|&&p| shares_context(comm, p)).map(|&p| (p, 0)).collect();
+            drop(MateTurns::start(order, &sharing));
+            return Err(e);
+        }
+    };
     let exchange_time = timed.map(|t| t.elapsed());
+    // A peer that the init data showed as a thread of this process but whose pid namespace
+    // differs (containers sharing a host name) described its buffers by address, which only
+    // the same process can use: staged, and no turns (both sides see the same namespaces).
+    let impostor = |p: usize, m: &[u8]| same_process(comm, p) && !is_this_process(m);
     // Counted once the exchange is in, from the larger of both sides' counts (see MateTurns).
     let turn_mates: Vec<(usize, u64)> = peers
         .iter()
         .zip(&exchanged.messages)
-        .filter(|&(&p, _)| shares_context(comm, p))
+        .filter(|&(&p, m)| shares_context(comm, p) && !impostor(p, m))
         .map(|(&p, m)| (p, u64::from_le_bytes(m[40..48].try_into().expect("8 bytes"))))
         .collect();
     let turns = MateTurns::start(order, &turn_mates);
-    // Pairs where either side could not export: staged on both sides. Pairs whose groups do
-    // not match: left out on both sides (the group fails); the other pairs go ahead.
-    let mut failed: Vec<usize> = Vec::new();
-    let mut mismatch: Option<Error> = None;
-    for ((&p, m), (&unexported, refused)) in
+    // Pairs whose groups do not match: refused on both sides. Pairs where either side could
+    // not export, or that are not one process after all: staged on both sides.
+    let mut refused: Vec<usize> = Vec::new();
+    let mut first_refusal: Option<Error> = None;
+    let mut unshared: Vec<usize> = Vec::new();
+    for ((&p, m), (&unexported, mismatch)) in
         peers.iter().zip(&exchanged.messages).zip(exchanged.unexported.iter().zip(exchanged.mismatched))
     {
-        if let Some(e) = refused {
+        if let Some(e) = mismatch {
             log::warn!(target: "P2P", "device send/receive: {e}");
-            mismatch.get_or_insert(e);
-            failed.push(p);
+            first_refusal.get_or_insert(e);
+            refused.push(p);
+        } else if impostor(p, m) {
+            log::info!(target: "P2P", "device send/receive with rank {p}: same pid, another pid namespace; staged");
+            unshared.push(p);
         } else if unexported || m[4] != 0 {
             log::info!(target: "P2P", "device send/receive with rank {p}: a buffer cannot be shared through CUDA IPC; staged");
-            failed.push(p);
+            unshared.push(p);
         }
     }
-    let (back, direct): (Vec<OpRequest>, Vec<OpRequest>) = reqs.iter().partition(|r| failed.contains(&peer_of(r)));
-    let back = match mismatch {
-        Some(e) => {
-            comm.set_async_error(&e);
-            Err(e)
-        }
-        None => Ok(back),
-    };
+    let staged: Vec<OpRequest> = reqs.iter().filter(|r| unshared.contains(&peer_of(r))).copied().collect();
+    let direct: Vec<OpRequest> =
+        reqs.iter().filter(|r| !unshared.contains(&peer_of(r)) && !refused.contains(&peer_of(r))).copied().collect();
     let result = queue(comm, &st, &direct, &peers, &exchanged.messages, turns.as_ref());
     if let (Some(t), Some(x)) = (timed, exchange_time) {
         log::trace!(
@@ -397,7 +432,11 @@ fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<Vec<OpRequest>> {
         }
         last.iter().find(|(s, _)| *s == stream).expect("added above").1.record(stream)?;
     }
-    result.and(back)
+    // The staged pairs come back even when this rank's queuing failed: their peers stage them.
+    match result {
+        Ok(()) => Ok(Submitted { staged, error: first_refusal }),
+        Err(e) => Ok(Submitted { staged, error: Some(first_refusal.unwrap_or(e)) }),
+    }
 }
 
 /// The group's sends to this rank itself, each copied into the matching receive (the k-th send

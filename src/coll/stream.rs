@@ -322,11 +322,25 @@ fn wait_ready(shared: &Shared, job: &Job) -> Result<()> {
 pub fn submit(ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<()> {
     // Sends and receives between GPUs that reach each other go first, on every rank alike.
     let (direct, mut ops) = super::device_p2p::split(ops)?;
+    let mut p2p_error = None;
     if !direct.is_empty() {
         drain_current_thread();
-        // Pairs whose buffers CUDA IPC cannot share come back, to be staged on both sides.
-        ops.extend(super::device_p2p::submit_all(direct)?);
+        // Pairs whose buffers CUDA IPC cannot share come back, to be staged on both sides; a
+        // refused pair fails the call once the rest of the group is queued (its peers wait
+        // for their part of it).
+        let (staged, error) = super::device_p2p::submit_all(direct);
+        ops.extend(staged);
+        p2p_error = error;
     }
+    let rest = submit_rest(ops);
+    match p2p_error {
+        Some(e) => Err(e),
+        None => rest,
+    }
+}
+
+/// [`submit`] for all but the directly copied sends and receives.
+fn submit_rest(ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<()> {
     if ops.is_empty() {
         return Ok(());
     }

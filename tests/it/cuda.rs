@@ -367,10 +367,16 @@ fn one_thread_drives_every_rank_on_the_peer_path() {
             .args(["--exact", test, "--nocapture", "--test-threads=1"])
             .env("FERROCCL_PEER_PATH_ON_ONE_GPU", "1")
             .env("FERROCCL_TIMEOUT", "60")
+            .env("NCCL_DEBUG", "INFO")
+            .env("NCCL_DEBUG_SUBSYS", "P2P")
             .output()
             .unwrap();
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(out.status.success() && text.contains("1 passed"), "{test}:\n{text}");
+        // Every test here but the collectives-only one has sends and receives between threads:
+        // they must have gone by address, not through the staged path.
+        let messages = !test.ends_with("every_rank_in_groups");
+        assert_eq!(text.contains("P2P/direct"), messages, "{test}: the P2P/direct line:\n{text}");
     }
 }
 
@@ -590,6 +596,8 @@ fn rank_threads_with_one_hardware_queue() {
             .args(["--exact", test, "--nocapture", "--test-threads=1"])
             .env("CUDA_DEVICE_MAX_CONNECTIONS", "1")
             .env("FERROCCL_TIMEOUT", "60")
+            .env("NCCL_DEBUG", "INFO")
+            .env("NCCL_DEBUG_SUBSYS", "P2P")
             .envs(env.iter().copied())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
@@ -607,6 +615,9 @@ fn rank_threads_with_one_hardware_queue() {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         std::fs::remove_file(&log).ok();
         assert!(ok && text.contains("1 passed"), "{test} {env:?}:\n{text}");
+        // Threads on one GPU copy by address only with the switch (staged otherwise).
+        let direct = !env.is_empty();
+        assert_eq!(text.contains("P2P/direct"), direct, "{test} {env:?}: the P2P/direct line:\n{text}");
     }
 }
 
