@@ -347,10 +347,12 @@ struct Submitted {
 
 /// One communicator's part of [`submit_all`].
 fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<Submitted> {
-    copy_to_self(comm.rank, reqs)?;
+    // A failure here is reported after the exchange: skipping it would leave the peers to
+    // match this group's messages with the next group's.
+    let to_self = copy_to_self(comm.rank, reqs).err();
     let reqs: Vec<OpRequest> = reqs.iter().filter(|r| peer_of(r) != comm.rank).copied().collect();
     if reqs.is_empty() {
-        return Ok(Submitted { staged: Vec::new(), error: None });
+        return Ok(Submitted { staged: Vec::new(), error: to_self });
     }
     let mut peers: Vec<usize> = reqs.iter().map(peer_of).collect();
     peers.sort_unstable();
@@ -433,10 +435,7 @@ fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<Submitted> {
         last.iter().find(|(s, _)| *s == stream).expect("added above").1.record(stream)?;
     }
     // The staged pairs come back even when this rank's queuing failed: their peers stage them.
-    match result {
-        Ok(()) => Ok(Submitted { staged, error: first_refusal }),
-        Err(e) => Ok(Submitted { staged, error: Some(first_refusal.unwrap_or(e)) }),
-    }
+    Ok(Submitted { staged, error: to_self.or(first_refusal).or(result.err()) })
 }
 
 /// The group's sends to this rank itself, each copied into the matching receive (the k-th send
