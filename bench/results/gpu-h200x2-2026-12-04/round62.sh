@@ -34,7 +34,10 @@ for rep in 1 2; do
     run nccl-$c-$rep /usr/lib/x86_64-linux-gnu 40 $N/${c}_perf -b 8 -e 1G -f 4 -c 1 -n 10 -w 3
   done
 done
-for c in all_reduce broadcast; do run ferroccl-$c $PFX/lib 40 $F/${c}_perf -b 8 -e 1G -f 4 -c 1 -n 10 -w 3; done
+for c in all_reduce broadcast; do
+  run ferroccl-$c-1 $PFX/lib 40 $F/${c}_perf -b 8 -e 1G -f 4 -c 1 -n 10 -w 3
+  run nccl-$c-1 /usr/lib/x86_64-linux-gnu 40 $N/${c}_perf -b 8 -e 1G -f 4 -c 1 -n 10 -w 3
+done
 el "two GPUs"
 # One process driving both GPUs (nccl-tests -g 2: one thread, ncclCommInitAll-style group) and
 # two threads of one process (-t 2): sends and receives between GPUs of one process copy by
@@ -49,6 +52,14 @@ for c in sendrecv alltoall all_reduce; do for mode in "-g 2" "-t 2"; do
   done
 done; done
 el "one process, two GPUs"
+# Side-by-side tables with the busbw ratio at every size and issue 18's verdicts.
+if command -v python3 >/dev/null; then
+  for f in $R/ferroccl-*.log; do
+    n=$R/nccl-${f#$R/ferroccl-}; [ -f "$n" ] || continue
+    python3 bench/gpu/nccl_tests_compare.py "$f" "$n" --title "$(basename $f .log)" >> $R/compare.md 2>&1; echo >> $R/compare.md
+  done
+  grep -E "^### |^- (busbw|latency|ferroccl #wrong)" $R/compare.md
+fi
 # Each process sees only its own GPU (device 0 in both): a wrapper sets CUDA_VISIBLE_DEVICES by local rank.
 printf '#!/bin/sh\nexport CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK\nexec "$@"\n' > $BUILD/vis.sh; chmod +x $BUILD/vis.sh
 timeout 40 mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH=$PFX/lib -x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=INIT,P2P $BUILD/vis.sh $F/all_reduce_perf -b 8 -e 64M -f 8 -c 1 -n 5 -w 2 > $R/visible-ar.log 2>&1
