@@ -400,7 +400,9 @@ fn device_p2p_threads_2_and_3() {
         return;
     }
     for n in [2usize, 3] {
-        with_ranks(n, move |rank, comm| device_p2p(rank, n, comm.0));
+        // Threads sharing the GPU copy directly only with the switch (staged otherwise).
+        let direct = std::env::var_os("FERROCCL_PEER_PATH_ON_ONE_GPU").is_some();
+        with_ranks(n, move |rank, comm| device_p2p(rank, n, comm.0, direct));
     }
     println!("device sends and receives: 2 and 3 thread ranks OK");
 }
@@ -525,7 +527,7 @@ fn gpu_child_rank() {
         large_staged_collectives(rank, n, comm);
     }
     mem_alloc_collectives(rank, n, comm);
-    device_p2p(rank, n, comm);
+    device_p2p(rank, n, comm, std::env::var_os("NCCL_P2P_DISABLE").is_none());
     check(ncclCommDestroy(comm), "destroy");
     println!("GPU CHILD {rank} OK");
 }
@@ -642,11 +644,12 @@ fn gpu_processes_staged() {
     gpu_processes(3, &[("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1")]);
 }
 
-/// Sends and receives of processes (directly between their device buffers unless
-/// NCCL_P2P_DISABLE is set): two messages of different sizes to one peer in a group with an
+/// Sends and receives of processes or rank threads (`direct`: between their device buffers;
+/// otherwise staged): two messages of different sizes to one peer in a group with an
 /// all-reduce; messages queued back to back with the input rewritten on the stream in between;
-/// empty messages; and, last, a send and receive of different sizes, refused on both sides.
-fn device_p2p(rank: usize, n: usize, comm: ncclComm_t) {
+/// empty messages; and, last, on the direct path, groups that do not match and a send and
+/// receive of different sizes, refused on both sides.
+fn device_p2p(rank: usize, n: usize, comm: ncclComm_t, direct: bool) {
     assert!(gpu_context());
     let stream = new_stream();
     let raw = stream as sys::CUstream;
@@ -720,7 +723,8 @@ fn device_p2p(rank: usize, n: usize, comm: ncclComm_t) {
     assert_eq!(moved.download(), values(from, c1, 1.0), "message on a second stream");
     assert_eq!(reduced2.download(), vec![sum; 64], "all-reduce on the first stream");
 
-    if std::env::var_os("NCCL_P2P_DISABLE").is_some() {
+    // The refusals below are this path's (the staged path is not asked them).
+    if !direct {
         return;
     }
     if n == 2 {
