@@ -246,6 +246,15 @@ fn device_collectives(rank: usize, n: usize, comm: ncclComm_t) {
     expect_eq(&got.download(), &want, "sendrecv");
 }
 
+/// `n` communicators made at once by this thread on the one GPU (`ncclCommInitAll`, device
+/// list 0, 0, ...), and a stream for each.
+fn every_rank_on_the_gpu(n: usize) -> (Vec<ncclComm_t>, Vec<*mut c_void>) {
+    let mut comms: Vec<ncclComm_t> = vec![std::ptr::null_mut(); n];
+    check(ncclCommInitAll(comms.as_mut_ptr(), n as i32, vec![0; n].as_ptr()), "ncclCommInitAll");
+    assert!(gpu_context());
+    (comms, (0..n).map(|_| new_stream()).collect())
+}
+
 /// One thread drives every rank (`ncclCommInitAll`, then each call grouped over the
 /// communicators, as nccl-tests `-g` and single-process multi-GPU programs do): each
 /// communicator's part runs on a thread of its own, so the group neither stages through host
@@ -256,11 +265,8 @@ fn one_thread_drives_every_rank_in_groups() {
         return;
     }
     let n = 3;
-    let mut comms: Vec<ncclComm_t> = vec![std::ptr::null_mut(); n];
-    check(ncclCommInitAll(comms.as_mut_ptr(), n as i32, [0, 0, 0].as_ptr()), "ncclCommInitAll");
-    assert!(gpu_context());
+    let (comms, streams) = every_rank_on_the_gpu(n);
     let count = 1000 + 3;
-    let streams: Vec<*mut c_void> = (0..n).map(|_| new_stream()).collect();
     let sends: Vec<DevBuf> = (0..n).map(|r| DevBuf::from(&vec![(r + 1) as f32; count])).collect();
     let recvs: Vec<DevBuf> = (0..n).map(|_| DevBuf::new(count)).collect();
     let gathered: Vec<DevBuf> = (0..n).map(|_| DevBuf::new(count * n)).collect();
@@ -297,11 +303,8 @@ fn one_thread_drives_every_rank_with_messages() {
         return;
     }
     let n = 3;
-    let mut comms: Vec<ncclComm_t> = vec![std::ptr::null_mut(); n];
-    check(ncclCommInitAll(comms.as_mut_ptr(), n as i32, [0, 0, 0].as_ptr()), "ncclCommInitAll");
-    assert!(gpu_context());
+    let (comms, streams) = every_rank_on_the_gpu(n);
     let count = 1000 + 3;
-    let streams: Vec<*mut c_void> = (0..n).map(|_| new_stream()).collect();
     let value = |from: usize, to: usize, round: usize| (from * 100 + to * 10 + round) as f32;
     for round in 0..3 {
         // A ring: rank r sends to r + 1.
