@@ -458,10 +458,11 @@ ncclResult_t ncclCommRegister(ncclComm_t comm, void *buff, size_t size, void **h
 // Releases a registration.
 ncclResult_t ncclCommDeregister(ncclComm_t comm, void *handle);
 
-// Not implemented yet (symmetric memory windows): returns ncclInvalidUsage.
+// Registers a buffer as a window of the communicator (bookkeeping: collectives on a window's
+// memory take the same paths as on any other buffer; there are no symmetric kernels).
 ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags);
 
-// Not implemented yet: returns ncclInvalidUsage.
+// Releases a window (a null window is accepted and does nothing, as with NCCL).
 ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 
 #ifdef __cplusplus

@@ -55,6 +55,15 @@ pub enum CommState {
     Aborted = 2,
 }
 
+/// A buffer registered with a communicator (ncclCommRegister) or a window of it
+/// (ncclCommWindowRegister): bookkeeping, kept for its handle's checks and for logs.
+struct Registration {
+    addr: usize,
+    size: usize,
+    /// The window's flags; `None` for an ncclCommRegister buffer.
+    window: Option<c_int>,
+}
+
 /// A communicator: one rank's membership in a group of ranks.
 pub struct Comm {
     pub rank: usize,
@@ -73,7 +82,8 @@ pub struct Comm {
     state: AtomicU8,
     redops: Mutex<HashMap<c_int, RedOpEntry>>,
     next_redop: AtomicI32,
-    registrations: Mutex<HashMap<usize, (usize, usize)>>,
+    /// Registered buffers and windows by handle.
+    registrations: Mutex<HashMap<usize, Registration>>,
     next_registration: AtomicUsize,
     /// State an upper layer keeps per communicator (the collectives' plan cache), opaque here
     /// so that comm does not depend on the layer that defines it; see [`Comm::with_layer_state`].
@@ -391,20 +401,30 @@ impl Comm {
         Ok(red)
     }
 
-    /// ncclCommRegister for host memory: remembers the range and returns a handle.
-    pub fn register(&self, addr: usize, size: usize) -> usize {
+    /// ncclCommRegister (`window` None) or ncclCommWindowRegister (`window`: its flags):
+    /// remembers the range and returns a handle (never 0).
+    pub fn register(&self, addr: usize, size: usize, window: Option<c_int>) -> usize {
         let h = self.next_registration.fetch_add(1, Ordering::AcqRel);
-        self.registrations.lock().unwrap_or_else(|p| p.into_inner()).insert(h, (addr, size));
+        self.registrations.lock().unwrap_or_else(|p| p.into_inner()).insert(h, Registration { addr, size, window });
         h
     }
 
-    pub fn deregister(&self, handle: usize) -> Result<()> {
-        self.registrations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&handle)
-            .map(|_| ())
-            .ok_or_else(|| Error::invalid_argument("ncclCommDeregister: unknown registration handle"))
+    /// ncclCommDeregister (`window` false) or ncclCommWindowDeregister (true): forgets a handle
+    /// of that kind; any other value is ncclInvalidArgument and changes nothing.
+    pub fn deregister(&self, handle: usize, window: bool) -> Result<()> {
+        let mut all = self.registrations.lock().unwrap_or_else(|p| p.into_inner());
+        match all.get(&handle) {
+            Some(r) if r.window.is_some() == window => {
+                let what = if window { "window" } else { "buffer" };
+                log::info!(target: "REG", "deregistered the {what} of {} bytes at {:#x}", r.size, r.addr);
+                all.remove(&handle);
+                Ok(())
+            }
+            _ if window => Err(Error::invalid_argument(
+                "ncclCommWindowDeregister: not a window of this communicator (already deregistered?)",
+            )),
+            _ => Err(Error::invalid_argument("ncclCommDeregister: unknown registration handle")),
+        }
     }
 
     /// ncclCommSplit: every rank of `self` calls this; ranks with the same color form a new

@@ -143,7 +143,7 @@ pub extern "C" fn ncclCommRegister(
         let c = comm::lookup(comm, "ncclCommRegister")?;
         non_null(buff, "ncclCommRegister", "buff")?;
         non_null(handle, "ncclCommRegister", "handle")?;
-        let h = c.register(buff as usize, size);
+        let h = c.register(buff as usize, size, None);
         // SAFETY: checked non-null.
         unsafe { handle.write(h as *mut c_void) };
         Ok(())
@@ -153,10 +153,14 @@ pub extern "C" fn ncclCommRegister(
 /// Releases a registration.
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t {
-    boundary("ncclCommDeregister", || comm::lookup(comm, "ncclCommDeregister")?.deregister(handle as usize))
+    boundary("ncclCommDeregister", || comm::lookup(comm, "ncclCommDeregister")?.deregister(handle as usize, false))
 }
 
-/// Not implemented yet (symmetric memory windows): returns ncclInvalidUsage.
+/// Window flags this library knows (NCCL_WIN_COLL_SYMMETRIC, NCCL_WIN_STRICT_ORDERING).
+const KNOWN_WIN_FLAGS: c_int = 0x01 | 0x02;
+
+/// Registers a buffer as a window of the communicator (bookkeeping: collectives on a window's
+/// memory take the same paths as on any other buffer; there are no symmetric kernels).
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommWindowRegister(
     comm: ncclComm_t,
@@ -165,13 +169,32 @@ pub extern "C" fn ncclCommWindowRegister(
     win: *mut ncclWindow_t,
     winFlags: c_int,
 ) -> ncclResult_t {
-    let _ = (comm, buff, size, win, winFlags);
-    boundary("ncclCommWindowRegister", || Err(Error::not_implemented("ncclCommWindowRegister")))
+    boundary("ncclCommWindowRegister", || {
+        let c = comm::lookup(comm, "ncclCommWindowRegister")?;
+        non_null(buff, "ncclCommWindowRegister", "buff")?;
+        non_null(win, "ncclCommWindowRegister", "win")?;
+        if winFlags & !KNOWN_WIN_FLAGS != 0 {
+            return Err(Error::invalid_argument(format!(
+                "ncclCommWindowRegister: unknown winFlags {winFlags:#x} (known: NCCL_WIN_COLL_SYMMETRIC 0x1, \
+                 NCCL_WIN_STRICT_ORDERING 0x2)"
+            )));
+        }
+        let h = c.register(buff as usize, size, Some(winFlags));
+        log::info!(target: "REG", "ncclCommWindowRegister: {size} bytes at {buff:p}, flags {winFlags:#x} (collectives on it take the usual paths)");
+        // SAFETY: checked non-null; the handle is opaque to the caller (never dereferenced).
+        unsafe { win.write(h as ncclWindow_t) };
+        Ok(())
+    })
 }
 
-/// Not implemented yet: returns ncclInvalidUsage.
+/// Releases a window (a null window is accepted and does nothing, as with NCCL).
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t {
-    let _ = (comm, win);
-    boundary("ncclCommWindowDeregister", || Err(Error::not_implemented("ncclCommWindowDeregister")))
+    boundary("ncclCommWindowDeregister", || {
+        let c = comm::lookup(comm, "ncclCommWindowDeregister")?;
+        if win.is_null() {
+            return Ok(());
+        }
+        c.deregister(win as usize, true)
+    })
 }

@@ -167,10 +167,12 @@ fn many_communicators_from_several_threads() {
 }
 
 #[test]
-fn scalable_init_abort_memory_and_registration() {
+fn scalable_init_abort_memory_registration_and_windows() {
     use ferroccl::ffi::mem::{ncclMemAlloc, ncclMemFree};
-    use ferroccl::ffi::query::{ncclCommDeregister, ncclCommRegister};
-    use ferroccl::types::ncclResult_t;
+    use ferroccl::ffi::query::{
+        ncclCommDeregister, ncclCommRegister, ncclCommWindowDeregister, ncclCommWindowRegister,
+    };
+    use ferroccl::types::{ncclResult_t, ncclWindow_t};
     let n = 2;
     let ids = [unique_id(), unique_id()];
     let threads: Vec<_> = (0..n)
@@ -194,6 +196,34 @@ fn scalable_init_abort_memory_and_registration() {
                 assert!(buf.iter().all(|&v| v == 3.0));
                 check(ncclCommDeregister(comm, handle), "deregister");
                 assert_eq!(ncclCommDeregister(comm, handle), ncclResult_t::ncclInvalidArgument);
+
+                // The same buffer as a symmetric window (nccl-tests -R 2): collectives on it
+                // give the same results; handles of one kind are refused by the other's call.
+                let mut win: ncclWindow_t = std::ptr::null_mut();
+                check(ncclCommWindowRegister(comm, p, 1 << 20, &mut win, 0x01), "window register");
+                assert!(!win.is_null());
+                buf.fill(rank as f32 + 2.0);
+                check(ncclAllReduce(p, p, 1 << 18, ncclDataType_t(7), ncclRedOp_t(0), comm, S), "allreduce");
+                assert!(buf.iter().all(|&v| v == 5.0));
+                assert_eq!(ncclCommDeregister(comm, win as *mut c_void), ncclResult_t::ncclInvalidArgument);
+                check(ncclCommWindowDeregister(comm, win), "window deregister");
+                assert_eq!(ncclCommWindowDeregister(comm, win), ncclResult_t::ncclInvalidArgument, "twice");
+                check(ncclCommWindowDeregister(comm, std::ptr::null_mut()), "a null window is accepted");
+                check(ncclCommRegister(comm, p, 1 << 20, &mut handle), "register again");
+                assert_eq!(ncclCommWindowDeregister(comm, handle as ncclWindow_t), ncclResult_t::ncclInvalidArgument);
+                check(ncclCommDeregister(comm, handle), "deregister again");
+                // Bad arguments change nothing.
+                let mut untouched: ncclWindow_t = std::ptr::null_mut();
+                let bad = ncclCommWindowRegister(comm, p, 1 << 20, &mut untouched, 0x40);
+                assert_eq!(bad, ncclResult_t::ncclInvalidArgument, "unknown flags");
+                assert!(untouched.is_null());
+                let bad = ncclCommWindowRegister(comm, std::ptr::null_mut(), 1 << 20, &mut untouched, 0);
+                assert_eq!(bad, ncclResult_t::ncclInvalidArgument, "null buffer");
+                let bad = ncclCommWindowRegister(comm, p, 1 << 20, std::ptr::null_mut(), 0);
+                assert_eq!(bad, ncclResult_t::ncclInvalidArgument, "null window pointer");
+                let bad = ncclCommWindowRegister(std::ptr::null_mut(), p, 1 << 20, &mut untouched, 0);
+                assert_eq!(bad, ncclResult_t::ncclInvalidArgument, "null communicator");
+                assert!(untouched.is_null());
                 check(ncclMemFree(p), "ncclMemFree");
                 assert_eq!(ncclMemFree(p), ncclResult_t::ncclInvalidArgument, "double free is rejected");
                 check(ncclCommAbort(comm), "abort");
