@@ -37,6 +37,7 @@
 
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::local_order::LocalOrder;
@@ -159,6 +160,8 @@ struct PeerInbox {
     maps: PeerMaps,
     /// Which of the peer's pages this is (a rank's inbox never changes; checked all the same).
     serial: u64,
+    /// The page's address in this process (the host's view of what the streams poll).
+    base: *mut u8,
 }
 
 /// This rank's state for the path, per communicator, made on its first use.
@@ -239,6 +242,9 @@ impl P2pState {
         if peers.get(&peer).is_some_and(|p| p.serial != page.serial) {
             return Err(Error::internal(format!("rank {peer}'s point-to-point inbox changed")));
         }
+        if (me + 1) * LINE_BYTES > page.size as usize {
+            return Err(Error::remote(format!("rank {peer}'s point-to-point page is too small")));
+        }
         if let std::collections::hash_map::Entry::Vacant(slot) = peers.entry(peer) {
             let mut maps = PeerMaps::default();
             let base = maps.resolve(pid, page).ok_or_else(|| {
@@ -249,19 +255,15 @@ impl P2pState {
             // SAFETY: `maps` keeps the mapping for as long as the PeerInbox, which drops the
             // registration first (field order).
             let registration = unsafe { Registered::new(base, page.size as usize)? };
-            slot.insert(PeerInbox { registration, maps, serial: page.serial });
+            slot.insert(PeerInbox { registration, maps, serial: page.serial, base });
         }
-        let inbox = &peers[&peer];
-        if (me + 1) * LINE_BYTES > page.size as usize {
-            return Err(Error::remote(format!("rank {peer}'s point-to-point page is too small")));
-        }
-        Ok(word_addr(inbox.registration.device_ptr(), me, word))
+        Ok(word_addr(peers[&peer].registration.device_ptr(), me, word))
     }
 }
 
-/// `ncclCommAbort`: moves every flag this rank's stream may wait on far ahead, from ferroccl's
-/// own stream (which no user stream orders), so that no stream of this rank waits for ever on
-/// a peer that will not come.
+/// `ncclCommAbort`: moves every flag this rank's streams may wait on far ahead. The flags live
+/// in host pages, so the host writes them: no stream is involved, which a stream waiting on a
+/// peer that will not come could hold up (it may share a hardware queue with any other).
 pub fn release_streams(comm: &Comm) {
     let Some(st) = comm.with_layer_state(|s: &mut super::LayerState| s.p2p.clone()) else { return };
     // A wait is a cyclic comparison: half the number space ahead passes every queued one.
@@ -269,18 +271,20 @@ pub fn release_streams(comm: &Comm) {
     let sent = st.inner.sent.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let received = st.inner.received.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let peers = st.inner.peers.lock().unwrap_or_else(|p| p.into_inner());
-    let released = crate::cuda::stream::private_stream_on(comm.cuda_dev).and_then(|s| {
-        for (from, &k) in received.iter().enumerate().filter(|(_, &k)| k != 0) {
-            s.fill32(st.own_flag(from, 0), ahead(k), 2)?;
+    // Both words of a line: ready (or buffer ready) and delivered (or consumed).
+    let release = |line: *mut u8, k: u32| {
+        for word in 0..2 {
+            // SAFETY: `line` is a source's line in a mapped inbox page (LINE_BYTES, 4-aligned,
+            // inside the page: checked before the page was mapped, which is kept as long as
+            // the state), accessed only atomically.
+            unsafe { (*(line.add(4 * word) as *const AtomicU32)).store(k, Ordering::Release) };
         }
-        for (to, inbox) in peers.iter() {
-            let line = word_addr(inbox.registration.device_ptr(), comm.rank, 0);
-            s.fill32(line, ahead(sent[*to]), 2)?;
-        }
-        Ok(())
-    });
-    if let Err(e) = released {
-        log::warn!(target: "P2P", "abort: could not release the streams waiting on device sends and receives: {e}");
+    };
+    for (from, &k) in received.iter().enumerate().filter(|(_, &k)| k != 0) {
+        release(st.inner.inbox.memory.wrapping_add(from * LINE_BYTES), ahead(k));
+    }
+    for (to, inbox) in peers.iter() {
+        release(inbox.base.wrapping_add(comm.rank * LINE_BYTES), ahead(sent[*to]));
     }
 }
 
