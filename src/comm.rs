@@ -84,7 +84,6 @@ pub struct Comm {
     next_redop: AtomicI32,
     /// Registered buffers and windows by handle.
     registrations: Mutex<HashMap<usize, Registration>>,
-    next_registration: AtomicUsize,
     /// State an upper layer keeps per communicator (the collectives' plan cache), opaque here
     /// so that comm does not depend on the layer that defines it; see [`Comm::with_layer_state`].
     layer_state: Mutex<Option<Box<dyn Any + Send>>>,
@@ -180,7 +179,6 @@ impl Comm {
             redops: Mutex::new(HashMap::new()),
             next_redop: AtomicI32::new(NCCL_NUM_OPS),
             registrations: Mutex::new(HashMap::new()),
-            next_registration: AtomicUsize::new(1),
             layer_state: Mutex::new(None),
             node_area,
         };
@@ -404,7 +402,9 @@ impl Comm {
     /// ncclCommRegister (`window` None) or ncclCommWindowRegister (`window`: its flags):
     /// remembers the range and returns a handle (never 0).
     pub fn register(&self, addr: usize, size: usize, window: Option<c_int>) -> usize {
-        let h = self.next_registration.fetch_add(1, Ordering::AcqRel);
+        // One count for the process: a handle of another communicator never names one here.
+        static NEXT_REGISTRATION: AtomicUsize = AtomicUsize::new(1);
+        let h = NEXT_REGISTRATION.fetch_add(1, Ordering::AcqRel);
         self.registrations.lock().unwrap_or_else(|p| p.into_inner()).insert(h, Registration { addr, size, window });
         h
     }

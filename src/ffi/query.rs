@@ -173,6 +173,9 @@ pub extern "C" fn ncclCommWindowRegister(
         let c = comm::lookup(comm, "ncclCommWindowRegister")?;
         non_null(buff, "ncclCommWindowRegister", "buff")?;
         non_null(win, "ncclCommWindowRegister", "win")?;
+        if size == 0 {
+            return Err(Error::invalid_argument("ncclCommWindowRegister: size is 0"));
+        }
         if winFlags & !KNOWN_WIN_FLAGS != 0 {
             return Err(Error::invalid_argument(format!(
                 "ncclCommWindowRegister: unknown winFlags {winFlags:#x} (known: NCCL_WIN_COLL_SYMMETRIC 0x1, \

@@ -233,7 +233,7 @@ fn device_collectives(rank: usize, n: usize, comm: ncclComm_t) {
     let want: f32 = (0..n).map(|r| r as f32 + 2.0).sum();
     expect_eq(&recv.download(), &vec![want; count], "premulsum");
 
-    // Send/recv in a ring (the staged path).
+    // Send/recv in a ring (staged, or direct under FERROCCL_PEER_PATH_ON_ONE_GPU).
     let to = (rank + 1) % n;
     let from = (rank + n - 1) % n;
     let got = DevBuf::new(count);
@@ -404,7 +404,7 @@ fn device_p2p_threads_2_and_3() {
     }
     for n in [2usize, 3] {
         // Threads sharing the GPU copy directly only with the switch (staged otherwise).
-        let direct = std::env::var_os("FERROCCL_PEER_PATH_ON_ONE_GPU").is_some();
+        let direct = std::env::var("FERROCCL_PEER_PATH_ON_ONE_GPU").is_ok_and(|v| v.trim() != "0" && !v.is_empty());
         with_ranks(n, move |rank, comm| device_p2p(rank, n, comm.0, direct));
     }
     println!("device sends and receives: 2 and 3 thread ranks OK");
@@ -530,7 +530,7 @@ fn gpu_child_rank() {
         large_staged_collectives(rank, n, comm);
     }
     mem_alloc_collectives(rank, n, comm);
-    device_p2p(rank, n, comm, std::env::var_os("NCCL_P2P_DISABLE").is_none());
+    device_p2p(rank, n, comm, !std::env::var("NCCL_P2P_DISABLE").is_ok_and(|v| v.trim() != "0" && !v.is_empty()));
     check(ncclCommDestroy(comm), "destroy");
     println!("GPU CHILD {rank} OK");
 }

@@ -219,6 +219,8 @@ fn scalable_init_abort_memory_registration_and_windows() {
                 assert!(untouched.is_null());
                 let bad = ncclCommWindowRegister(comm, std::ptr::null_mut(), 1 << 20, &mut untouched, 0);
                 assert_eq!(bad, ncclResult_t::ncclInvalidArgument, "null buffer");
+                let bad = ncclCommWindowRegister(comm, p, 0, &mut untouched, 0);
+                assert_eq!(bad, ncclResult_t::ncclInvalidArgument, "size 0");
                 let bad = ncclCommWindowRegister(comm, p, 1 << 20, std::ptr::null_mut(), 0);
                 assert_eq!(bad, ncclResult_t::ncclInvalidArgument, "null window pointer");
                 let bad = ncclCommWindowRegister(std::ptr::null_mut(), p, 1 << 20, &mut untouched, 0);
