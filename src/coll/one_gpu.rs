@@ -33,7 +33,11 @@
 //! Ranks that are threads of one process share its CUDA context and so its hardware queues:
 //! they submit their flag operations in turn (`local_order`), rank 0's waits only after its
 //! process mates' flag writes, and a mate's wait only after every mate's write (and rank 0's
-//! kernels, when rank 0 is a mate). Graph captures are not ordered this way.
+//! kernels, when rank 0 is a mate). Graph captures cannot be ordered this way: each rank
+//! replays its graph whenever its thread launches it, and a replayed wait that lands on a
+//! hardware queue before the mate's write it needs stops both for good (the GPU tests with
+//! rank threads stopped now and then in graph replays, rounds 19, 20 and 76). So a capture is
+//! refused, on every rank alike, when any process holds two ranks of the communicator on one GPU.
 //!
 //! A rank that fails (a buffer it cannot export, a launch that fails) still writes and waits
 //! on its flags, so no stream waits forever; rank 0 marks the failure in the page and the
@@ -250,6 +254,15 @@ fn processes_apart(comm: &Comm) -> bool {
     pids.len() == comm.peers.len()
 }
 
+/// Whether some process holds two ranks on one GPU (threads sharing a CUDA context and so its
+/// hardware queues). Ranks with no GPU known (bus 0) count as sharing: refusing a capture is
+/// the safe mistake.
+fn threads_share_a_gpu(peers: &[crate::wire::peer_info::PeerInfo]) -> bool {
+    let mut places: Vec<(u64, u32, u64)> = peers.iter().map(|p| (p.host_hash, p.pid, p.gpu.bus)).collect();
+    places.sort_unstable();
+    places.windows(2).any(|w| w[0] == w[1])
+}
+
 /// Whether every rank's GPU reaches every other's (each folding its own blocks reads all
 /// ranks' inputs, [`Share`]), from what each rank published at init.
 fn all_reach_all(comm: &Comm) -> bool {
@@ -443,6 +456,15 @@ const DESC_HEADER_BYTES: usize = 8;
 pub fn submit(comm: &Arc<Comm>, reqs: &[OpRequest]) -> Result<()> {
     let stream = reqs[0].stream;
     let capturing = stream.is_capturing()?;
+    if capturing && threads_share_a_gpu(&comm.peers) {
+        // Before any exchange: every rank knows the same peers, so every rank returns here.
+        return Err(Error::invalid_usage(
+            "CUDA graph capture of device-buffer collectives is not supported when rank threads of one \
+             process share a GPU (ncclCommInitAll, nccl-tests -t on one GPU): their streams share the \
+             context's hardware queues, and graph replays launched in any order could wait on each other \
+             for ever. Run one process per rank, or these collectives outside stream capture",
+        ));
+    }
     let n = comm.nranks;
     let desc_len = DESC_HEADER_BYTES + reqs.len() * OP_DESC_BYTES;
     // Graph captures keep rank 0 doing all: their set/reset flags pair one rank with rank 0.
@@ -1107,5 +1129,32 @@ mod tests {
         // The test switch: several ranks on one GPU take the peer path.
         assert_eq!(placement(&[a, a], &[a], true), Placement::PeerGpus);
         assert_eq!(placement(&[a], &[a], true), Placement::OneGpu);
+    }
+
+    #[test]
+    fn captures_are_refused_only_where_threads_share_a_gpu() {
+        use crate::cuda::driver::GpuIdentity;
+        use crate::wire::peer_info::PeerInfo;
+        let peer = |rank: usize, host: u64, pid: u32, bus: u64| PeerInfo {
+            rank,
+            host_hash: host,
+            pid,
+            cuda_dev: 0,
+            net_handle: Vec::new(),
+            shm: true,
+            gpu: GpuIdentity { bus, reach: vec![bus] },
+        };
+        let (a, b) = (0x19 << 8, 0x3b << 8);
+        // A process per rank (mpirun), even on one GPU: separate contexts, separate queues.
+        assert!(!threads_share_a_gpu(&[peer(0, 1, 10, a), peer(1, 1, 11, a), peer(2, 1, 12, a)]));
+        // Threads of one process on GPUs of their own (a context each).
+        assert!(!threads_share_a_gpu(&[peer(0, 1, 10, a), peer(1, 1, 10, b)]));
+        // The same pid on another host is another process.
+        assert!(!threads_share_a_gpu(&[peer(0, 1, 10, a), peer(1, 2, 10, a)]));
+        // Two threads of one process on one GPU, wherever they are in the rank order.
+        assert!(threads_share_a_gpu(&[peer(0, 1, 10, a), peer(1, 1, 10, a)]));
+        assert!(threads_share_a_gpu(&[peer(0, 1, 11, b), peer(1, 1, 10, a), peer(2, 1, 12, b), peer(3, 1, 10, a)]));
+        assert!(threads_share_a_gpu(&[peer(0, 1, 10, 0), peer(1, 1, 10, 0)]), "GPUs unknown");
+        assert!(!threads_share_a_gpu(&[peer(0, 1, 10, a)]));
     }
 }

@@ -525,7 +525,7 @@ fn gpu_child_rank() {
     }
     device_collectives(rank, n, comm);
     if std::env::var_os("NCCL_P2P_DISABLE").is_none() {
-        device_scalar_and_graph(rank, n, comm);
+        device_scalar_and_graph(rank, n, comm, false);
     } else {
         large_staged_collectives(rank, n, comm);
     }
@@ -757,7 +757,10 @@ fn device_p2p(rank: usize, n: usize, comm: ncclComm_t, direct: bool) {
 /// PreMulSum with a device-resident scalar, written on the stream just before each call: the
 /// operation must read it in stream order (a read at call time would see the old value).
 /// Then an all-reduce captured in a CUDA graph and replayed with new inputs each time.
-fn device_scalar_and_graph(rank: usize, n: usize, comm: ncclComm_t) {
+/// `threads_on_one_gpu`: the ranks are threads of this process sharing its GPU, which may not
+/// capture (their replays could wait on each other in a shared hardware queue): the capture is
+/// refused on every rank and the communicator works on as before.
+fn device_scalar_and_graph(rank: usize, n: usize, comm: ncclComm_t, threads_on_one_gpu: bool) {
     assert!(gpu_context(), "rank thread could not make the context current");
     let stream = new_stream();
     let raw = stream as sys::CUstream;
@@ -806,6 +809,19 @@ fn device_scalar_and_graph(rank: usize, n: usize, comm: ncclComm_t) {
     let r = ncclAllReduce(send.p(), recv.p(), count, F32, ncclRedOp_t(0), comm, stream);
     // SAFETY: capture began above; out-pointer is live.
     cu(unsafe { sys::cuStreamEndCapture(raw, &mut graph) }, "cuStreamEndCapture");
+    if threads_on_one_gpu && n > 1 {
+        assert_eq!(r, ncclResult_t::ncclInvalidUsage, "rank {rank}: capture by rank threads on one GPU");
+        // SAFETY: the (empty) graph came from the capture above and is used no more.
+        unsafe { sys::cuGraphDestroy(graph) };
+        // Nothing changed: the same all-reduce, outside capture.
+        // SAFETY: send holds count floats; the stream is live.
+        cu(unsafe { sys::cuMemsetD32Async(send.ptr, (rank as f32).to_bits(), count, raw) }, "memset input");
+        check(ncclAllReduce(send.p(), recv.p(), count, F32, ncclRedOp_t(0), comm, stream), "allreduce after refusal");
+        sync(stream);
+        let want: f32 = (0..n).map(|r| r as f32).sum();
+        expect_eq(&recv.download(), &vec![want; count], "all-reduce after a refused capture");
+        return;
+    }
     check(r, "allreduce under capture");
     let mut exec: sys::CUgraphExec = std::ptr::null_mut();
     // SAFETY: graph came from the capture; out-pointer is live.
@@ -840,7 +856,7 @@ fn device_scalar_and_graph_threads_1_2_3() {
             // the next test's operations (its stream waiting for this rank's) would never let
             // it return. Nobody queues device work until everybody is through.
             host_barrier(comm.0);
-            device_scalar_and_graph(rank, n, comm.0)
+            device_scalar_and_graph(rank, n, comm.0, true)
         });
     }
 }
