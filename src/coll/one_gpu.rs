@@ -161,15 +161,21 @@ unsafe impl Send for CommGpu {}
 unsafe impl Sync for CommGpu {}
 
 impl CommGpu {
+    /// Whether flag `w` lives in the host page (the host can write it directly).
+    fn in_page(&self, w: Word) -> bool {
+        w == Word::Error || self.peer_gpus
+    }
+
+    /// A flag of the host page, for the host ([`CommGpu::in_page`]).
     fn word(&self, rank: usize, w: Word) -> &AtomicU32 {
-        debug_assert!(rank < MAX_RANKS && w == Word::Error);
+        debug_assert!(rank < MAX_RANKS && self.in_page(w));
         // SAFETY: the page holds MAX_RANKS aligned lines of four u32 words and lives as long
         // as self; the GPU writes them with 32-bit stores, so atomic host access is sound.
         unsafe { &*(self.base.add(rank * LINE_BYTES + 4 * w as usize) as *const AtomicU32) }
     }
 
     fn flag_addr(&self, rank: usize, w: Word) -> u64 {
-        let base = if w == Word::Error || self.peer_gpus { self.dev } else { self.flags };
+        let base = if self.in_page(w) { self.dev } else { self.flags };
         base + (rank * LINE_BYTES + 4 * w as usize) as u64
     }
 
@@ -746,32 +752,35 @@ pub fn release_streams(comm: &Comm) {
     let Some(g) = comm.with_layer_state(|s: &mut super::LayerState| s.gpu.clone()) else { return };
     g.unsure.store(true, Ordering::Release); // never unregister: streams may still run
     g.word(comm.rank, Word::Error).store(1, Ordering::Release);
-    // The GPU-polled flags are device memory: set them from ferroccl's own stream, which no
-    // user stream orders (it runs while theirs wait).
     // Sequence flags jump far ahead of every operation this rank queued (a wait is a cyclic
     // comparison, so half the number space ahead passes them all).
     let ahead = g.submitted.load(Ordering::Acquire).wrapping_add(1 << 30);
-    let released = crate::cuda::stream::private_stream_on(comm.cuda_dev).and_then(|s| {
-        s.fill32(g.flag_addr(comm.rank, Word::Done), 1, 1)?;
-        s.fill32(g.flag_addr(comm.rank, Word::DoneSeq), ahead, 1)?;
-        if comm.rank == 0 {
-            for r in 1..comm.nranks {
-                s.fill32(g.flag_addr(r, Word::Ready), 1, 1)?;
-                s.fill32(g.flag_addr(r, Word::ReadySeq), ahead, 1)?;
+    let mut flags = vec![(comm.rank, Word::Done, 1), (comm.rank, Word::DoneSeq, ahead)];
+    if comm.rank == 0 {
+        flags.extend((1..comm.nranks).flat_map(|r| [(r, Word::Ready, 1), (r, Word::ReadySeq, ahead)]));
+    }
+    if g.peer_gpus {
+        // Each rank folding its own blocks ([`Share`]) also waits for every rank's ready flag,
+        // and rank 0 for every rank's fold.
+        for r in (0..comm.nranks).filter(|&r| r != comm.rank) {
+            flags.push((r, Word::ReadySeq, ahead));
+            if comm.rank == 0 {
+                flags.push((r, Word::FoldedSeq, ahead));
             }
         }
-        if g.peer_gpus {
-            // Each rank folding its own blocks ([`Share`]) also waits for every rank's ready
-            // flag, and rank 0 for every rank's fold (host page: any rank can set them).
-            for r in (0..comm.nranks).filter(|&r| r != comm.rank) {
-                s.fill32(g.flag_addr(r, Word::ReadySeq), ahead, 1)?;
-                if comm.rank == 0 {
-                    s.fill32(g.flag_addr(r, Word::FoldedSeq), ahead, 1)?;
-                }
-            }
-        }
-        Ok(())
-    });
+    }
+    // Flags in the host page are written from the host: a stream could be held up behind the
+    // very waits it should release, on a hardware queue it shares with them. Those in device
+    // memory go through ferroccl's own stream, which no user stream orders.
+    let (host, device): (Vec<_>, Vec<_>) = flags.into_iter().partition(|&(_, w, _)| g.in_page(w));
+    for (r, w, v) in host {
+        g.word(r, w).store(v, Ordering::Release);
+    }
+    if device.is_empty() {
+        return;
+    }
+    let released = crate::cuda::stream::private_stream_on(comm.cuda_dev)
+        .and_then(|s| device.iter().try_for_each(|&(r, w, v)| s.fill32(g.flag_addr(r, w), v, 1)));
     if let Err(e) = released {
         log::warn!(target: "COLL", "abort: could not release the streams waiting on device operations: {e}");
     }

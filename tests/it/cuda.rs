@@ -518,8 +518,19 @@ fn gpu_child_rank() {
     assert!(gpu_context());
     let mut comm: ncclComm_t = std::ptr::null_mut();
     check(ncclCommInitRank(&mut comm, n as i32, id, rank as i32), "init");
-    if std::env::var("FERROCCL_IT_GPU_SCENARIO").as_deref() == Ok("abort_p2p") {
-        abort_releases_device_send(rank, comm);
+    let scenario = std::env::var("FERROCCL_IT_GPU_SCENARIO").unwrap_or_default();
+    if scenario.starts_with("abort_") {
+        match scenario.as_str() {
+            "abort_p2p" => abort_releases_device_send(rank, comm),
+            "abort_all_reduce" | "abort_reduce_scatter" => {
+                let released = abort_held_collective(rank, comm, scenario == "abort_reduce_scatter", || {
+                    // The other process's kernels may still read this one's buffers: outlive them.
+                    std::thread::sleep(std::time::Duration::from_millis(500))
+                });
+                println!("rank {rank}: stream released {released:?} after ncclCommAbort");
+            }
+            other => panic!("unknown scenario {other}"),
+        }
         println!("GPU CHILD {rank} OK");
         return;
     }
@@ -1056,9 +1067,50 @@ fn gpu_processes_abort_device_send() {
 }
 
 /// ncclCommAbort releases a stream that waits on the library: rank 0's stream is held (before
-/// its all-reduce) by a flag nobody sets, so rank 1's stream waits for rank 0's release; rank
-/// 1 aborts and its stream must finish within a second. Then rank 0 aborts too, its blocker is
-/// lifted, and its stream finishes.
+/// its collective) by a flag nobody sets, so rank 1's stream waits for rank 0's; rank 1 aborts
+/// and its stream must finish within a second. Then rank 0 aborts too, its blocker is lifted,
+/// and its stream finishes. `reduce_scatter`: the held operation is a reduce-scatter (on peer
+/// GPUs each rank folds its own block and waits for every rank's ready flag). Returns how long
+/// this rank's stream took after its abort; `through` is called once the stream is finished
+/// (the buffers must outlive the other rank's stream, whose kernels read them).
+fn abort_held_collective(
+    rank: usize,
+    comm: ncclComm_t,
+    reduce_scatter: bool,
+    through: impl FnOnce(),
+) -> std::time::Duration {
+    let stream = new_stream();
+    let raw = stream as sys::CUstream;
+    let count = 4096;
+    let send = DevBuf::from(&vec![1.0f32; 2 * count]);
+    let recv = DevBuf::new(count);
+    let collective = |what: &str| {
+        let r = if reduce_scatter {
+            ncclReduceScatter(send.p(), recv.p(), count, F32, ncclRedOp_t(0), comm, stream)
+        } else {
+            ncclAllReduce(send.p(), recv.p(), count, F32, ncclRedOp_t(0), comm, stream)
+        };
+        check(r, what);
+    };
+    // A warm-up operation sets the communicator's device path up.
+    collective("warm-up");
+    sync(stream);
+    let flag = (rank == 0).then(|| hold_stream(raw));
+    collective("held collective");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // SAFETY: the stream is live.
+    let pending = unsafe { sys::cuStreamQuery(raw) };
+    assert_eq!(pending, sys::CUresult::CUDA_ERROR_NOT_READY, "rank {rank}: the held operation finished");
+    if rank == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let released = abort_and_release(comm, stream, flag.as_ref());
+    through();
+    assert!(released < std::time::Duration::from_secs(1), "rank {rank}: stream released after {released:?}");
+    drop(flag);
+    released
+}
+
 #[test]
 fn abort_releases_streams_waiting_on_device_operations() {
     if skip("abort_releases_streams_waiting_on_device_operations") {
@@ -1074,36 +1126,27 @@ fn abort_releases_streams_waiting_on_device_operations() {
                 assert!(gpu_context());
                 let mut comm: ncclComm_t = std::ptr::null_mut();
                 check(ncclCommInitRank(&mut comm, 2, id, rank as i32), "init");
-                let stream = new_stream();
-                let raw = stream as sys::CUstream;
-                let count = 4096;
-                let send = DevBuf::from(&vec![1.0f32; count]);
-                let recv = DevBuf::new(count);
-                // A warm-up operation sets the communicator's device path up.
-                check(ncclAllReduce(send.p(), recv.p(), count, F32, ncclRedOp_t(0), comm, stream), "warm-up");
-                sync(stream);
-                let flag = (rank == 0).then(|| hold_stream(raw));
-                check(ncclAllReduce(send.p(), recv.p(), count, F32, ncclRedOp_t(0), comm, stream), "held all-reduce");
-                std::thread::sleep(std::time::Duration::from_millis(200));
-                // SAFETY: the stream is live.
-                let pending = unsafe { sys::cuStreamQuery(raw) };
-                assert_eq!(pending, sys::CUresult::CUDA_ERROR_NOT_READY, "rank {rank}: the held operation finished");
-                if rank == 0 {
-                    std::thread::sleep(std::time::Duration::from_millis(300));
-                }
-                let released = abort_and_release(comm, stream, flag.as_ref());
-                through.wait();
-                assert!(
-                    released < std::time::Duration::from_secs(1),
-                    "rank {rank}: stream released after {released:?}"
-                );
-                drop(flag);
-                released
+                abort_held_collective(rank, comm, false, || {
+                    through.wait();
+                })
             })
         })
         .collect();
     for (rank, t) in threads.into_iter().enumerate() {
         let released = t.join().unwrap_or_else(|_| panic!("rank {rank} thread panicked"));
         println!("rank {rank}: stream released {released:?} after ncclCommAbort");
+    }
+}
+
+/// The same with a process per rank on the peer-GPU path (run on one GPU with the test switch),
+/// whose flags all live in the host page and are released from the host: an all-reduce and a
+/// reduce-scatter (every rank waits for every rank there).
+#[test]
+fn gpu_processes_abort_on_the_peer_path() {
+    if skip("gpu_processes_abort_on_the_peer_path") {
+        return;
+    }
+    for scenario in ["abort_all_reduce", "abort_reduce_scatter"] {
+        gpu_processes(2, &[("FERROCCL_IT_GPU_SCENARIO", scenario), ("FERROCCL_PEER_PATH_ON_ONE_GPU", "1")]);
     }
 }
