@@ -232,7 +232,13 @@ ncclResult_t ncclGroupStart(void);
 // returns ncclInProgress (poll ncclCommGetAsyncError on each new communicator).
 ncclResult_t ncclGroupEnd(void);
 
-// Not implemented yet (no cost model): checks its argument, then returns ncclInvalidUsage.
+// Ends a group like ncclGroupEnd, except that the outermost end does not run the group's
+// operations: it drops them and writes their estimated time in microseconds to
+// `simInfo->estimatedTime` (a cost model of the path each would take, from this project's
+// measurements: it ranks operations by cost rather than predicting a run exactly). Creations
+// of communicators in the group do run. A null `simInfo` makes it ncclGroupEnd, as in NCCL; one
+// not initialised with NCCL_SIM_INFO_INITIALIZER is refused (ncclInvalidArgument) and the group
+// stays open.
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 
 // Generates an id to be given to every rank before ncclCommInitRank. Starts the rendezvous

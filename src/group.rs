@@ -81,6 +81,25 @@ pub fn end() -> Result<Progress> {
     Ok(progress)
 }
 
+/// Ends one nesting level like [`end`], but the outermost one runs only the group's
+/// communicator creations: its operations are dropped, not run, and their estimated time in
+/// microseconds comes back instead (`coll::estimate`). Inner levels return `None`.
+pub fn simulate_end() -> Result<(Progress, Option<f32>)> {
+    let (outermost, inits, ops) = GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth == 0 {
+            return Err(Error::invalid_usage("ncclGroupSimulateEnd: not inside a group (ncclGroupStart missing)"));
+        }
+        g.depth -= 1;
+        if g.depth > 0 {
+            return Ok((false, Vec::new(), Vec::new()));
+        }
+        Ok((true, std::mem::take(&mut g.inits), std::mem::take(&mut g.ops)))
+    })?;
+    let progress = run_inits(inits)?;
+    Ok((progress, outermost.then(|| coll::estimate::group_time_us(&ops))))
+}
+
 /// Queues a creation in the current group; outside one, runs it as a group of its own (NCCL
 /// wraps ncclCommInitRankConfig, split and shrink in one): a blocking one now, a
 /// non-blocking one on its own thread.

@@ -11,6 +11,7 @@
 
 pub mod algo;
 pub mod device_p2p;
+pub mod estimate;
 pub mod exec;
 mod fast;
 pub mod local_order;

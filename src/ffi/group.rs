@@ -1,6 +1,8 @@
 //! Group calls.
 
-use super::{boundary, boundary_progress, non_null};
+use super::{boundary, boundary_progress};
+use std::mem::offset_of;
+
 use crate::error::Error;
 use crate::group;
 use crate::types::{ncclResult_t, ncclSimInfo_t, NCCL_SIM_INFO_MAGIC};
@@ -22,18 +24,37 @@ pub extern "C" fn ncclGroupEnd() -> ncclResult_t {
     boundary_progress("ncclGroupEnd", group::end)
 }
 
-/// Not implemented yet (no cost model): checks its argument, then returns ncclInvalidUsage.
+/// Ends a group like ncclGroupEnd, except that the outermost end does not run the group's
+/// operations: it drops them and writes their estimated time in microseconds to
+/// `simInfo->estimatedTime` (a cost model of the path each would take, from this project's
+/// measurements: it ranks operations by cost rather than predicting a run exactly). Creations
+/// of communicators in the group do run. A null `simInfo` makes it ncclGroupEnd, as in NCCL; one
+/// not initialised with NCCL_SIM_INFO_INITIALIZER is refused (ncclInvalidArgument) and the group
+/// stays open.
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclGroupSimulateEnd(simInfo: *mut ncclSimInfo_t) -> ncclResult_t {
-    boundary("ncclGroupSimulateEnd", || {
-        non_null(simInfo, "ncclGroupSimulateEnd", "simInfo")?;
-        // SAFETY: checked non-null; the caller initialised it with NCCL_SIM_INFO_INITIALIZER.
-        let magic = unsafe { (*simInfo).magic };
-        if magic != NCCL_SIM_INFO_MAGIC {
+    if simInfo.is_null() {
+        return ncclGroupEnd();
+    }
+    boundary_progress("ncclGroupSimulateEnd", || {
+        // The caller's struct may be an older, shorter one: `size` says how much of it exists
+        // (NCCL reads and writes only that much).
+        // SAFETY: non-null; every version of the struct starts with its size.
+        let size = unsafe { std::ptr::addr_of!((*simInfo).size).read_unaligned() };
+        let has = |field_end: usize| size >= field_end;
+        // SAFETY: the magic lies within the caller's `size` bytes (checked first).
+        let magic = has(offset_of!(ncclSimInfo_t, magic) + 4)
+            .then(|| unsafe { std::ptr::addr_of!((*simInfo).magic).read_unaligned() });
+        if magic != Some(NCCL_SIM_INFO_MAGIC) {
             return Err(Error::invalid_argument(
                 "ncclGroupSimulateEnd: simInfo not initialised with NCCL_SIM_INFO_INITIALIZER",
             ));
         }
-        Err(Error::not_implemented("ncclGroupSimulateEnd"))
+        let (progress, estimate) = group::simulate_end()?;
+        if let Some(us) = estimate.filter(|_| has(offset_of!(ncclSimInfo_t, estimatedTime) + 4)) {
+            // SAFETY: the field lies within the caller's `size` bytes.
+            unsafe { std::ptr::addr_of_mut!((*simInfo).estimatedTime).write_unaligned(us) };
+        }
+        Ok(progress)
     })
 }

@@ -325,3 +325,91 @@ fn communicators_recreated_after_abort_leak_nothing() {
     assert!(out.status.success() && text.contains("LEAK CHECK"), "child:\n{text}");
     println!("{}", text.lines().find(|l| l.contains("LEAK CHECK")).unwrap_or(""));
 }
+
+/// ncclGroupSimulateEnd: the group's operations are estimated, not run; a null simInfo makes
+/// it ncclGroupEnd; a bad simInfo is refused with the group left open; inner levels leave the
+/// estimate alone; a struct too short for the estimate is not written past its size.
+#[test]
+fn group_simulate_end_estimates_without_running() {
+    use ferroccl::ffi::group::ncclGroupSimulateEnd;
+    use ferroccl::types::{ncclResult_t, ncclSimInfo_t, NCCL_SIM_INFO_MAGIC};
+    let fresh = || ncclSimInfo_t {
+        size: std::mem::size_of::<ncclSimInfo_t>(),
+        magic: NCCL_SIM_INFO_MAGIC,
+        version: 22707,
+        estimatedTime: f32::NAN,
+    };
+    with_ranks(2, move |rank, comm| {
+        let c = comm.0;
+        let n = 1 << 20;
+        let input = vec![(rank + 1) as f32; n];
+        let mut out = vec![0f32; n];
+        let all_reduce = |out: &mut [f32], count: usize| {
+            check(
+                ncclAllReduce(
+                    input.as_ptr().cast(),
+                    out.as_mut_ptr().cast(),
+                    count,
+                    ncclDataType_t(7),
+                    ncclRedOp_t(0),
+                    c,
+                    S,
+                ),
+                "all-reduce",
+            )
+        };
+        let simulate = |count: usize, calls: usize| -> f32 {
+            let mut info = fresh();
+            let mut out = vec![0f32; n];
+            check(ncclGroupStart(), "group start");
+            for _ in 0..calls {
+                all_reduce(&mut out, count);
+            }
+            check(ncclGroupSimulateEnd(&mut info), "simulate end");
+            assert!(out.iter().all(|&v| v == 0.0), "rank {rank}: a simulated all-reduce wrote its output");
+            assert!(info.estimatedTime.is_finite() && info.estimatedTime > 0.0, "estimate {}", info.estimatedTime);
+            info.estimatedTime
+        };
+
+        let mut info = fresh();
+        assert_eq!(ncclGroupSimulateEnd(&mut info), ncclResult_t::ncclInvalidUsage, "outside a group");
+        assert!(info.estimatedTime.is_nan());
+
+        // Bigger and more operations cost more.
+        let (small, large, twice) = (simulate(256, 1), simulate(n, 1), simulate(n, 2));
+        assert!(small < large && large < twice, "{small} {large} {twice}");
+
+        // A bad magic is refused and the group stays open: the end that follows runs it.
+        check(ncclGroupStart(), "group start");
+        all_reduce(&mut out, n);
+        let mut bad = ncclSimInfo_t { magic: 0, ..fresh() };
+        assert_eq!(ncclGroupSimulateEnd(&mut bad), ncclResult_t::ncclInvalidArgument);
+        check(ncclGroupEnd(), "group end after a refused simulate");
+        assert!(out.iter().all(|&v| v == 3.0), "rank {rank}: the group ran");
+
+        // Nested: the inner end leaves the estimate alone, the outer one writes it.
+        let mut inner = fresh();
+        let mut outer = fresh();
+        check(ncclGroupStart(), "outer start");
+        check(ncclGroupStart(), "inner start");
+        all_reduce(&mut out, n);
+        check(ncclGroupSimulateEnd(&mut inner), "inner simulate end");
+        check(ncclGroupSimulateEnd(&mut outer), "outer simulate end");
+        assert!(inner.estimatedTime.is_nan() && outer.estimatedTime > 0.0);
+
+        // An older, shorter struct (no estimatedTime): accepted, nothing written past its size.
+        let mut short = fresh();
+        short.size = 16;
+        check(ncclGroupStart(), "group start");
+        all_reduce(&mut out, n);
+        check(ncclGroupSimulateEnd(&mut short), "simulate end with a short struct");
+        assert!(short.estimatedTime.is_nan());
+
+        // A null simInfo is ncclGroupEnd: the operations run.
+        out.fill(0.0);
+        check(ncclGroupStart(), "group start");
+        all_reduce(&mut out, n);
+        check(ncclGroupSimulateEnd(std::ptr::null_mut()), "simulate end with null");
+        assert!(out.iter().all(|&v| v == 3.0), "rank {rank}: null simInfo runs the group");
+    });
+}
