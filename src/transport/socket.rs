@@ -569,12 +569,15 @@ pub const HELLO_LIMIT: Duration = Duration::from_secs(2);
 /// Connections a [`HelloQueue`] keeps waiting for their hellos; beyond it the oldest is dropped.
 const MAX_WAITING_HELLOS: usize = 128;
 
-/// Connections accepted on a setup listener whose hellos have not fully arrived. They are read
-/// side by side (non-blocking), so garbage, silent connections, port scans and slow dribblers
-/// cost the legitimate peers nothing but a poll: each is dropped when its bytes are not a
-/// hello, when it closes, or after [`HELLO_LIMIT`].
+/// Connections accepted on a setup listener whose TLS handshakes or hellos have not finished.
+/// They are served side by side (non-blocking), so garbage, silent connections, port scans and
+/// slow dribblers cost the legitimate peers nothing but a poll: each is dropped when its bytes
+/// are not TLS or not a hello, when it closes, after [`HANDSHAKE_LIMIT`] in its handshake or
+/// after [`HELLO_LIMIT`] waiting for its hello.
 #[derive(Default)]
 pub struct HelloQueue {
+    /// Server handshakes in progress (encryption on), with when each started.
+    handshaking: Vec<(Handshake, Instant)>,
     waiting: Vec<(Stream, [u8; HELLO_BYTES], usize, Instant)>,
 }
 
@@ -590,7 +593,8 @@ impl HelloQueue {
     ) -> Result<(Stream, Hello)> {
         listener.set_nonblocking(true).map_err(|e| Error::system("O_NONBLOCK", e))?;
         loop {
-            self.accept_waiting(listener, deadline);
+            self.accept_waiting(listener);
+            self.advance_handshakes(deadline);
             let now = Instant::now();
             let mut i = 0;
             while i < self.waiting.len() {
@@ -651,13 +655,21 @@ impl HelloQueue {
                 fds.push(rustix::event::PollFd::new(s.tcp(), rustix::event::PollFlags::IN));
             }
             if !fds.is_empty() {
+                for (h, _) in &self.handshaking {
+                    let hint = h.wait_hint();
+                    let mut flags = rustix::event::PollFlags::empty();
+                    flags.set(rustix::event::PollFlags::IN, hint.readable);
+                    flags.set(rustix::event::PollFlags::OUT, hint.writable);
+                    fds.push(rustix::event::PollFd::new(h.tcp(), flags));
+                }
                 super::poll_ms(&mut fds, 50);
             }
         }
     }
 
-    /// Takes every connection waiting on `listener` (a TLS one after its handshake).
-    fn accept_waiting(&mut self, listener: &TcpListener, deadline: Instant) {
+    /// Takes every connection waiting on `listener`: into a TLS handshake when encryption is
+    /// on, else straight to waiting for its hello.
+    fn accept_waiting(&mut self, listener: &TcpListener) {
         loop {
             let (tcp, from) = match listener.accept() {
                 Ok(x) => x,
@@ -665,28 +677,68 @@ impl HelloQueue {
                 // WouldBlock, or EMFILE and the like: take the rest later.
                 Err(_) => return,
             };
-            let stream = if crate::encryption::enabled() {
-                if tcp.set_nonblocking(false).is_err() {
-                    continue;
+            if crate::encryption::enabled() {
+                // Non-blocking from the start: a peer that stalls its handshake must not hold
+                // up the others.
+                let started = tcp
+                    .set_nonblocking(true)
+                    .map_err(|e| Error::system("O_NONBLOCK", e))
+                    .and_then(|()| Handshake::start(tcp, Role::Server));
+                match started {
+                    Ok(h) => {
+                        if self.handshaking.len() >= MAX_WAITING_HELLOS {
+                            let (old, _) = self.handshaking.remove(0);
+                            log::warn!(target: "BOOTSTRAP", "Bootstrap: too many TLS handshakes at once; dropped {}", old.peer());
+                        }
+                        self.handshaking.push((h, Instant::now()));
+                    }
+                    Err(e) => log::info!(target: "BOOTSTRAP", "Bootstrap: dropped connection from {from}: {e}"),
                 }
-                let limit = deadline.min(Instant::now() + HANDSHAKE_LIMIT);
-                Stream::establish(tcp, Role::Server, limit)
-            } else {
-                Stream::from_tcp(tcp)
-            };
-            let stream = match stream.and_then(|s| s.set_nonblocking(true).map(|()| s)) {
-                Ok(s) => s,
-                Err(e) => {
-                    log::info!(target: "BOOTSTRAP", "Bootstrap: dropped connection from {from}: {e}");
-                    continue;
-                }
-            };
-            if self.waiting.len() >= MAX_WAITING_HELLOS {
-                let (old, ..) = self.waiting.remove(0);
-                log::warn!(target: "BOOTSTRAP", "Bootstrap: too many connections without a hello; dropped {}", old.peer());
+                continue;
             }
-            self.waiting.push((stream, [0; HELLO_BYTES], 0, Instant::now()));
+            match Stream::from_tcp(tcp).and_then(|s| s.set_nonblocking(true).map(|()| s)) {
+                Ok(s) => self.wait_for_hello(s),
+                Err(e) => log::info!(target: "BOOTSTRAP", "Bootstrap: dropped connection from {from}: {e}"),
+            }
         }
+    }
+
+    /// Steps every TLS handshake in progress; a finished one goes on to wait for its hello, a
+    /// failed one or one past [`HANDSHAKE_LIMIT`] (or `deadline`) is dropped.
+    fn advance_handshakes(&mut self, deadline: Instant) {
+        let mut i = 0;
+        while i < self.handshaking.len() {
+            let (h, since) = &mut self.handshaking[i];
+            let stepped = h.step();
+            let peer = h.peer();
+            let expired = since.elapsed() > HANDSHAKE_LIMIT || Instant::now() >= deadline;
+            match stepped {
+                Ok(false) if !expired => i += 1,
+                Ok(false) => {
+                    self.handshaking.swap_remove(i);
+                    log::warn!(target: "BOOTSTRAP", "Bootstrap: dropped connection from {peer}: TLS handshake unfinished after {HANDSHAKE_LIMIT:?}");
+                }
+                Ok(true) => {
+                    let (h, _) = self.handshaking.swap_remove(i);
+                    match h.finish().and_then(|s| s.set_nonblocking(true).map(|()| s)) {
+                        Ok(s) => self.wait_for_hello(s),
+                        Err(e) => log::warn!(target: "BOOTSTRAP", "Bootstrap: dropped connection from {peer}: {e}"),
+                    }
+                }
+                Err(e) => {
+                    self.handshaking.swap_remove(i);
+                    log::warn!(target: "BOOTSTRAP", "Bootstrap: dropped connection from {peer}: {e}");
+                }
+            }
+        }
+    }
+
+    fn wait_for_hello(&mut self, stream: Stream) {
+        if self.waiting.len() >= MAX_WAITING_HELLOS {
+            let (old, ..) = self.waiting.remove(0);
+            log::warn!(target: "BOOTSTRAP", "Bootstrap: too many connections without a hello; dropped {}", old.peer());
+        }
+        self.waiting.push((stream, [0; HELLO_BYTES], 0, Instant::now()));
     }
 }
 

@@ -854,6 +854,41 @@ fn device_scalar_and_graph(rank: usize, n: usize, comm: ncclComm_t, threads_on_o
     }
 }
 
+/// ncclGroupSimulateEnd on device buffers: an estimate comes back, nothing is queued on the
+/// stream (the output keeps its marker), and the communicator works on as before.
+#[test]
+fn simulate_end_with_device_buffers_runs_nothing() {
+    if skip("simulate_end_with_device_buffers_runs_nothing") {
+        return;
+    }
+    use ferroccl::ffi::group::ncclGroupSimulateEnd;
+    use ferroccl::types::{ncclSimInfo_t, NCCL_SIM_INFO_MAGIC};
+    for n in [1usize, 2] {
+        with_ranks(n, move |rank, comm| {
+            let stream = new_stream();
+            let count = (1 << 20) + 1;
+            let send = DevBuf::from(&vec![(rank + 1) as f32; count]);
+            let recv = DevBuf::from(&vec![-1.0f32; count]);
+            let mut info = ncclSimInfo_t {
+                size: std::mem::size_of::<ncclSimInfo_t>(),
+                magic: NCCL_SIM_INFO_MAGIC,
+                version: 22707,
+                estimatedTime: f32::NAN,
+            };
+            check(ncclGroupStart(), "group start");
+            check(ncclAllReduce(send.p(), recv.p(), count, F32, ncclRedOp_t(0), comm.0, stream), "simulated allreduce");
+            check(ncclGroupSimulateEnd(&mut info), "simulate end");
+            sync(stream);
+            assert!(info.estimatedTime.is_finite() && info.estimatedTime > 0.0, "estimate {}", info.estimatedTime);
+            expect_eq(&recv.download(), &vec![-1.0; count], "output of a simulated all-reduce");
+            check(ncclAllReduce(send.p(), recv.p(), count, F32, ncclRedOp_t(0), comm.0, stream), "allreduce");
+            sync(stream);
+            let want: f32 = (1..=n).map(|r| r as f32).sum();
+            expect_eq(&recv.download(), &vec![want; count], "all-reduce after a simulated one");
+        });
+    }
+}
+
 #[test]
 fn device_scalar_and_graph_threads_1_2_3() {
     if skip("device_scalar_and_graph_threads_1_2_3") {

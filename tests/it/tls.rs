@@ -551,13 +551,21 @@ fn child_plain_root() {
 
     let id = unique_id();
     let uid = UniqueId::decode(&id.to_bytes()).unwrap();
-    // A plaintext rank (correct magic, no TLS), and garbage.
+    // A silent client (connects, never starts its handshake), a plaintext rank (correct
+    // magic, no TLS), a client that stops half-way through a TLS record header (0x16:
+    // handshake, then nothing), and garbage.
+    let _silent = TcpStream::connect(uid.root).unwrap();
     let mut plain = TcpStream::connect(uid.root).unwrap();
     plain.write_all(&Hello { magic: uid.magic, kind: ConnKind::Root, rank: 0, extra: 0 }.encode()).unwrap();
+    let mut stalled = TcpStream::connect(uid.root).unwrap();
+    stalled.write_all(&[0x16, 0x03, 0x01]).unwrap();
     let mut garbage = TcpStream::connect(uid.root).unwrap();
     garbage.write_all(b"GET / HTTP/1.0\r\n\r\n garbage garbage garbage").unwrap();
-    // The real ranks still get through.
+    // The real ranks still get through, without waiting for the strangers' handshakes to time
+    // out (10 s each, when the root served handshakes one at a time).
+    let t = std::time::Instant::now();
     ranks_on(id);
+    assert!(t.elapsed() < Duration::from_secs(8), "the ranks waited {:?} behind stalled handshakes", t.elapsed());
     for (what, s) in [("plaintext", &mut plain), ("garbage", &mut garbage)] {
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut b = [0u8; 64];
