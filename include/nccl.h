@@ -234,11 +234,12 @@ ncclResult_t ncclGroupEnd(void);
 
 // Ends a group like ncclGroupEnd, except that the outermost end does not run the group's
 // operations: it drops them and writes their estimated time in microseconds to
-// `simInfo->estimatedTime` (a cost model of the path each would take, from this project's
-// measurements: it ranks operations by cost rather than predicting a run exactly). Creations
-// of communicators in the group do run. A null `simInfo` makes it ncclGroupEnd, as in NCCL; one
-// not initialised with NCCL_SIM_INFO_INITIALIZER is refused (ncclInvalidArgument) and the group
-// stays open.
+// `simInfo->estimatedTime` (a cost model of the paths they would take, from this project's
+// measurements: it ranks operations by cost rather than predicting a run exactly), left as
+// it was for a group without operations. Creations of communicators in the group do run. A
+// null `simInfo` makes it ncclGroupEnd, as in NCCL. As in NCCL, only the outermost end looks
+// at `simInfo`: one not initialised with NCCL_SIM_INFO_INITIALIZER is ncclInvalidArgument there,
+// and the group is closed with its operations dropped.
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 
 // Generates an id to be given to every rank before ncclCommInitRank. Starts the rendezvous

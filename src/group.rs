@@ -83,8 +83,11 @@ pub fn end() -> Result<Progress> {
 
 /// Ends one nesting level like [`end`], but the outermost one runs only the group's
 /// communicator creations: its operations are dropped, not run, and their estimated time in
-/// microseconds comes back instead (`coll::estimate`). Inner levels return `None`.
-pub fn simulate_end() -> Result<(Progress, Option<f32>)> {
+/// microseconds comes back instead (`coll::estimate`; `None` for an empty group and for inner
+/// levels). `valid`: whether the caller's simulation info is well formed, which, as in NCCL,
+/// only the outermost level looks at: there a bad one still closes the group and drops its
+/// operations, then fails with ncclInvalidArgument.
+pub fn simulate_end(valid: bool) -> Result<(Progress, Option<f32>)> {
     let (outermost, inits, ops) = GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth == 0 {
@@ -97,7 +100,17 @@ pub fn simulate_end() -> Result<(Progress, Option<f32>)> {
         Ok((true, std::mem::take(&mut g.inits), std::mem::take(&mut g.ops)))
     })?;
     let progress = run_inits(inits)?;
-    Ok((progress, outermost.then(|| coll::estimate::group_time_us(&ops))))
+    if !outermost {
+        return Ok((progress, None));
+    }
+    if !valid {
+        return Err(Error::invalid_argument(format!(
+            "ncclGroupSimulateEnd: simInfo not initialised with NCCL_SIM_INFO_INITIALIZER; the group is \
+             closed and its {} operation(s) dropped",
+            ops.len()
+        )));
+    }
+    Ok((progress, (!ops.is_empty()).then(|| coll::estimate::group_time_us(&ops))))
 }
 
 /// Queues a creation in the current group; outside one, runs it as a group of its own (NCCL

@@ -9,11 +9,12 @@
 //! (`bench/results/`), rounded; they describe those machines, not this one, so the estimate
 //! orders operations and groups by cost rather than predicting a run to the microsecond, which
 //! is also how NCCL's own model (its tuning tables) is meant to be used. Operations of a group
-//! are added up: the engine runs them one after another on each rank.
+//! are added up (the engine runs them one after another on each rank), where NCCL reports its
+//! last aggregated collective's time.
 
 use std::sync::Arc;
 
-use super::{one_gpu, CollOp, OpRequest};
+use super::{device_p2p, one_gpu, CollOp, OpRequest};
 use crate::comm::Comm;
 
 /// Latency of one step (microseconds) and bandwidth (bytes per microsecond) of a path.
@@ -39,21 +40,55 @@ const TLS_SHARE: f64 = 0.6;
 /// device copy's 4.2 TB/s read plus written (`gpu-h200-2026-12-04e.md`, `-04h.md`).
 const GPU_PER_RANK_US: f64 = 4.5;
 const GPU_BYTES_PER_US: f64 = 4_000_000.0;
+/// Device sends and receives copied directly between a host's GPUs: 8 B in 18.5 us, 512 MiB
+/// at about 1 TB/s between two processes on one H200 (`gpu-h200-2026-12-04n.md`).
+const DEVICE_P2P: Fabric = Fabric { step_us: 18.0, bytes_per_us: 1_000_000.0 };
 /// Device buffers staged through pinned host memory: a device-to-host and a host-to-device
 /// copy (about 25 GB/s each) on top of the sockets.
 const STAGING_BYTES_PER_US: f64 = 25_000.0;
 
-/// The estimated time, in microseconds, of running `ops` (one thread's group) as queued.
+/// The estimated time, in microseconds, of running `ops` (one thread's group) as queued,
+/// taking the paths the engine would take for the group as a whole (`coll::stream::submit`):
+/// direct device sends and receives first, then the one-GPU path for a group it accepts, else
+/// each operation on its own (host buffers, or device buffers staged through host memory).
 pub fn group_time_us(ops: &[(Arc<Comm>, OpRequest)]) -> f32 {
-    ops.iter().map(|(comm, req)| op_time_us(comm, req)).sum::<f64>() as f32
+    // Deciding never fails but for a CUDA query; then everything counts as not direct.
+    let (direct, rest) = device_p2p::split(Vec::from(ops)).unwrap_or_else(|_| (Vec::new(), Vec::from(ops)));
+    let mut us: f64 = direct
+        .iter()
+        .map(|(_, r)| DEVICE_P2P.step_us + (r.count * r.dtype.size()) as f64 / DEVICE_P2P.bytes_per_us)
+        .sum();
+    let gpu_groups = if rest.is_empty() || rest.iter().any(|(_, r)| !r.mem.is_device()) {
+        None
+    } else if one_gpu::applies(&rest) {
+        Some(vec![(rest[0].0.clone(), rest.iter().map(|(_, r)| *r).collect::<Vec<_>>())])
+    } else {
+        one_gpu::applies_per_communicator(&rest)
+    };
+    match gpu_groups {
+        // One flag handshake per communicator's group, then kernels touching every byte once.
+        Some(groups) => {
+            for (comm, reqs) in groups {
+                us += GPU_PER_RANK_US * comm.nranks as f64;
+                us += reqs.iter().map(|r| touched(comm.nranks, r) / GPU_BYTES_PER_US).sum::<f64>();
+            }
+        }
+        None => us += rest.iter().map(|(comm, req)| op_time_us(comm, req)).sum::<f64>(),
+    }
+    us as f32
 }
 
-fn op_time_us(comm: &Arc<Comm>, req: &OpRequest) -> f64 {
+fn touched(n: usize, req: &OpRequest) -> f64 {
+    schedule(req.op, n, (req.count * req.dtype.size()) as f64).2
+}
+
+/// One operation on its own path: host buffers, a lone rank's device copy, or device buffers
+/// staged through host memory.
+fn op_time_us(comm: &Comm, req: &OpRequest) -> f64 {
     let n = comm.nranks;
-    let bytes = (req.count * req.dtype.size()) as f64;
-    let (steps, moved, touched) = schedule(req.op, n, bytes);
-    if req.mem.is_device() && (n == 1 || gpu_path(comm, req)) {
-        return GPU_PER_RANK_US * n as f64 + touched / GPU_BYTES_PER_US;
+    let (steps, moved, touched) = schedule(req.op, n, (req.count * req.dtype.size()) as f64);
+    if req.mem.is_device() && n == 1 {
+        return GPU_PER_RANK_US + touched / GPU_BYTES_PER_US;
     }
     let fabric = host_fabric(comm);
     let host = steps * fabric.step_us + moved / fabric.bytes_per_us;
@@ -77,15 +112,6 @@ fn host_fabric(comm: &Comm) -> Fabric {
     }
 }
 
-/// Whether a device-buffer operation runs on the GPUs directly (the one-GPU and peer-GPU
-/// paths, and direct sends between a host's GPUs) rather than staged through host memory.
-fn gpu_path(comm: &Arc<Comm>, req: &OpRequest) -> bool {
-    match req.op {
-        CollOp::Send { .. } | CollOp::Recv { .. } => comm.node_area && !crate::env::get_bool("NCCL_P2P_DISABLE"),
-        _ => one_gpu::applies(&[(comm.clone(), *req)]),
-    }
-}
-
 /// For `op` on `n` ranks with `bytes` per rank buffer (the count's bytes): latency steps of a
 /// ring schedule, bytes each rank moves (sends and receives, as busbw counts them), and bytes
 /// read plus written by all ranks together (what a one-GPU kernel touches).
@@ -104,7 +130,7 @@ fn schedule(op: CollOp, n: usize, bytes: f64) -> (f64, f64, f64) {
         // `bytes` is each rank's received block; the input is n blocks.
         CollOp::ReduceScatter => (nf - 1.0, share * nf * bytes, nf * nf * bytes + nf * bytes),
         // Pipelined along a chain: the buffer once, plus the chain's fill.
-        CollOp::Broadcast { .. } | CollOp::Reduce { .. } => (nf - 1.0, bytes, 2.0 * nf * bytes),
+        CollOp::Broadcast { .. } | CollOp::Reduce { .. } => (nf - 1.0, bytes, (nf + 1.0) * bytes),
         // `bytes` is what each rank exchanges with each other rank.
         CollOp::AlltoAll => (nf - 1.0, (nf - 1.0) * bytes, 2.0 * nf * nf * bytes),
         CollOp::Gather { .. } | CollOp::Scatter { .. } => (nf - 1.0, (nf - 1.0) * bytes, 2.0 * nf * bytes),

@@ -169,8 +169,9 @@ impl CommGpu {
     /// A flag of the host page, for the host ([`CommGpu::in_page`]).
     fn word(&self, rank: usize, w: Word) -> &AtomicU32 {
         debug_assert!(rank < MAX_RANKS && self.in_page(w));
-        // SAFETY: the page holds MAX_RANKS aligned lines of four u32 words and lives as long
-        // as self; the GPU writes them with 32-bit stores, so atomic host access is sound.
+        // SAFETY: the page holds MAX_RANKS aligned lines of LINE_BYTES (every Word's u32 lies
+        // inside) and lives as long as self; the GPU writes them with 32-bit stores, so atomic
+        // host access is sound.
         unsafe { &*(self.base.add(rank * LINE_BYTES + 4 * w as usize) as *const AtomicU32) }
     }
 
@@ -771,7 +772,9 @@ pub fn release_streams(comm: &Comm) {
     }
     // Flags in the host page are written from the host: a stream could be held up behind the
     // very waits it should release, on a hardware queue it shares with them. Those in device
-    // memory go through ferroccl's own stream, which no user stream orders.
+    // memory (the one-GPU block) go through ferroccl's own stream, which no user stream orders;
+    // there the same hazard remains when rank threads share the GPU's queues and a user stream
+    // waiting on a flag sits before it in one (processes have queues of their own).
     let (host, device): (Vec<_>, Vec<_>) = flags.into_iter().partition(|&(_, w, _)| g.in_page(w));
     for (r, w, v) in host {
         g.word(r, w).store(v, Ordering::Release);

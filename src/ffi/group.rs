@@ -3,7 +3,6 @@
 use super::{boundary, boundary_progress};
 use std::mem::offset_of;
 
-use crate::error::Error;
 use crate::group;
 use crate::types::{ncclResult_t, ncclSimInfo_t, NCCL_SIM_INFO_MAGIC};
 
@@ -26,11 +25,12 @@ pub extern "C" fn ncclGroupEnd() -> ncclResult_t {
 
 /// Ends a group like ncclGroupEnd, except that the outermost end does not run the group's
 /// operations: it drops them and writes their estimated time in microseconds to
-/// `simInfo->estimatedTime` (a cost model of the path each would take, from this project's
-/// measurements: it ranks operations by cost rather than predicting a run exactly). Creations
-/// of communicators in the group do run. A null `simInfo` makes it ncclGroupEnd, as in NCCL; one
-/// not initialised with NCCL_SIM_INFO_INITIALIZER is refused (ncclInvalidArgument) and the group
-/// stays open.
+/// `simInfo->estimatedTime` (a cost model of the paths they would take, from this project's
+/// measurements: it ranks operations by cost rather than predicting a run exactly), left as
+/// it was for a group without operations. Creations of communicators in the group do run. A
+/// null `simInfo` makes it ncclGroupEnd, as in NCCL. As in NCCL, only the outermost end looks
+/// at `simInfo`: one not initialised with NCCL_SIM_INFO_INITIALIZER is ncclInvalidArgument there,
+/// and the group is closed with its operations dropped.
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclGroupSimulateEnd(simInfo: *mut ncclSimInfo_t) -> ncclResult_t {
     if simInfo.is_null() {
@@ -45,12 +45,7 @@ pub extern "C" fn ncclGroupSimulateEnd(simInfo: *mut ncclSimInfo_t) -> ncclResul
         // SAFETY: the magic lies within the caller's `size` bytes (checked first).
         let magic = has(offset_of!(ncclSimInfo_t, magic) + 4)
             .then(|| unsafe { std::ptr::addr_of!((*simInfo).magic).read_unaligned() });
-        if magic != Some(NCCL_SIM_INFO_MAGIC) {
-            return Err(Error::invalid_argument(
-                "ncclGroupSimulateEnd: simInfo not initialised with NCCL_SIM_INFO_INITIALIZER",
-            ));
-        }
-        let (progress, estimate) = group::simulate_end()?;
+        let (progress, estimate) = group::simulate_end(magic == Some(NCCL_SIM_INFO_MAGIC))?;
         if let Some(us) = estimate.filter(|_| has(offset_of!(ncclSimInfo_t, estimatedTime) + 4)) {
             // SAFETY: the field lies within the caller's `size` bytes.
             unsafe { std::ptr::addr_of_mut!((*simInfo).estimatedTime).write_unaligned(us) };

@@ -524,8 +524,9 @@ fn gpu_child_rank() {
             "abort_p2p" => abort_releases_device_send(rank, comm),
             "abort_all_reduce" | "abort_reduce_scatter" => {
                 let released = abort_held_collective(rank, comm, scenario == "abort_reduce_scatter", || {
-                    // The other process's kernels may still read this one's buffers: outlive them.
-                    std::thread::sleep(std::time::Duration::from_millis(500))
+                    // The other process's kernels may still read this one's buffers (rank 0's
+                    // run about 300 ms after rank 1's abort): outlive them with a wide margin.
+                    std::thread::sleep(std::time::Duration::from_millis(2000))
                 });
                 println!("rank {rank}: stream released {released:?} after ncclCommAbort");
             }

@@ -327,8 +327,9 @@ fn communicators_recreated_after_abort_leak_nothing() {
 }
 
 /// ncclGroupSimulateEnd: the group's operations are estimated, not run; a null simInfo makes
-/// it ncclGroupEnd; a bad simInfo is refused with the group left open; inner levels leave the
-/// estimate alone; a struct too short for the estimate is not written past its size.
+/// it ncclGroupEnd; a bad simInfo closes the group, drops its operations and is refused, as in
+/// NCCL; inner levels leave the estimate alone (and do not look at the magic); a struct too
+/// short for the estimate is not written past its size; an empty group leaves it alone.
 #[test]
 fn group_simulate_end_estimates_without_running() {
     use ferroccl::ffi::group::ncclGroupSimulateEnd;
@@ -379,16 +380,18 @@ fn group_simulate_end_estimates_without_running() {
         let (small, large, twice) = (simulate(256, 1), simulate(n, 1), simulate(n, 2));
         assert!(small < large && large < twice, "{small} {large} {twice}");
 
-        // A bad magic is refused and the group stays open: the end that follows runs it.
+        // A bad magic closes the group (NCCL's cleanup): its operation is dropped, and the
+        // thread is outside any group afterwards.
         check(ncclGroupStart(), "group start");
         all_reduce(&mut out, n);
         let mut bad = ncclSimInfo_t { magic: 0, ..fresh() };
         assert_eq!(ncclGroupSimulateEnd(&mut bad), ncclResult_t::ncclInvalidArgument);
-        check(ncclGroupEnd(), "group end after a refused simulate");
-        assert!(out.iter().all(|&v| v == 3.0), "rank {rank}: the group ran");
+        assert!(bad.estimatedTime.is_nan());
+        assert!(out.iter().all(|&v| v == 0.0), "rank {rank}: the refused group ran");
+        assert_eq!(ncclGroupEnd(), ncclResult_t::ncclInvalidUsage, "the group is closed");
 
-        // Nested: the inner end leaves the estimate alone, the outer one writes it.
-        let mut inner = fresh();
+        // Nested: the inner end neither looks at its simInfo nor writes it; the outer one does.
+        let mut inner = ncclSimInfo_t { magic: 0, ..fresh() };
         let mut outer = fresh();
         check(ncclGroupStart(), "outer start");
         check(ncclGroupStart(), "inner start");
@@ -396,6 +399,12 @@ fn group_simulate_end_estimates_without_running() {
         check(ncclGroupSimulateEnd(&mut inner), "inner simulate end");
         check(ncclGroupSimulateEnd(&mut outer), "outer simulate end");
         assert!(inner.estimatedTime.is_nan() && outer.estimatedTime > 0.0);
+
+        // An empty group: nothing to estimate, the field keeps its value.
+        let mut empty = fresh();
+        check(ncclGroupStart(), "group start");
+        check(ncclGroupSimulateEnd(&mut empty), "simulate end of an empty group");
+        assert!(empty.estimatedTime.is_nan());
 
         // An older, shorter struct (no estimatedTime): accepted, nothing written past its size.
         let mut short = fresh();
