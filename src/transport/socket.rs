@@ -519,12 +519,15 @@ pub fn connect_tcp(addr: SocketAddr, deadline: Instant) -> Result<TcpStream> {
 
 /// Accepts one connection (with its TLS server handshake when encryption is on), giving up
 /// at `deadline`. A peer that fails the handshake (plaintext, garbage, another key) is
-/// logged and dropped, and accepting goes on.
+/// logged and dropped, and accepting goes on. For tests only: handshakes here run one at a
+/// time, so listeners that strangers can reach use [`HelloQueue`] instead.
+#[cfg(test)]
 pub fn accept(listener: &TcpListener, deadline: Instant) -> Result<Stream> {
     accept_or_interrupt(listener, deadline, None)
 }
 
 /// [`accept`], giving up as well once `interrupt` is set.
+#[cfg(test)]
 pub fn accept_or_interrupt(listener: &TcpListener, deadline: Instant, interrupt: Option<&Interrupt>) -> Result<Stream> {
     listener.set_nonblocking(true).map_err(|e| Error::system("O_NONBLOCK", e))?;
     loop {
