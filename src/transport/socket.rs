@@ -569,8 +569,11 @@ pub fn accept_or_interrupt(listener: &TcpListener, deadline: Instant, interrupt:
 /// it. Peers write their hello right after connecting, so only a silent or dribbling
 /// connection (half-open, slowloris) ever reaches it.
 pub const HELLO_LIMIT: Duration = Duration::from_secs(2);
-/// Connections a [`HelloQueue`] keeps waiting for their hellos; beyond it the oldest is dropped.
+/// Connections a [`HelloQueue`] keeps waiting for their hellos (and, apart, handshakes in
+/// progress); beyond it the oldest is dropped.
 const MAX_WAITING_HELLOS: usize = 128;
+/// Connections a [`HelloQueue`] takes from its listener before stepping the handshakes again.
+const ACCEPTS_PER_ROUND: usize = 32;
 
 /// Connections accepted on a setup listener whose TLS handshakes or hellos have not finished.
 /// They are served side by side (non-blocking), so garbage, silent connections, port scans and
@@ -595,9 +598,10 @@ impl HelloQueue {
         interrupt: Option<&Interrupt>,
     ) -> Result<(Stream, Hello)> {
         listener.set_nonblocking(true).map_err(|e| Error::system("O_NONBLOCK", e))?;
+        let entered = Instant::now();
         loop {
             self.accept_waiting(listener);
-            self.advance_handshakes(deadline);
+            self.advance_handshakes(deadline, entered);
             let now = Instant::now();
             let mut i = 0;
             while i < self.waiting.len() {
@@ -670,10 +674,11 @@ impl HelloQueue {
         }
     }
 
-    /// Takes every connection waiting on `listener`: into a TLS handshake when encryption is
-    /// on, else straight to waiting for its hello.
+    /// Takes the connections waiting on `listener` (at most [`ACCEPTS_PER_ROUND`], so that a
+    /// burst of strangers cannot push a peer's handshake out before it is ever stepped): into
+    /// a TLS handshake when encryption is on, else straight to waiting for its hello.
     fn accept_waiting(&mut self, listener: &TcpListener) {
-        loop {
+        for _ in 0..ACCEPTS_PER_ROUND {
             let (tcp, from) = match listener.accept() {
                 Ok(x) => x,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -707,19 +712,23 @@ impl HelloQueue {
     }
 
     /// Steps every TLS handshake in progress; a finished one goes on to wait for its hello, a
-    /// failed one or one past [`HANDSHAKE_LIMIT`] (or `deadline`) is dropped.
-    fn advance_handshakes(&mut self, deadline: Instant) {
+    /// failed one is dropped, and so is one unfinished after [`HANDSHAKE_LIMIT`] of serving
+    /// (counted from the later of its start and `entered`, when the current [`HelloQueue::next`]
+    /// began: handshakes only move while someone is in it, so time spent away is not the
+    /// peer's) or at `deadline`.
+    fn advance_handshakes(&mut self, deadline: Instant, entered: Instant) {
         let mut i = 0;
         while i < self.handshaking.len() {
             let (h, since) = &mut self.handshaking[i];
             let stepped = h.step();
             let peer = h.peer();
-            let expired = since.elapsed() > HANDSHAKE_LIMIT || Instant::now() >= deadline;
+            let served = (*since).max(entered).elapsed();
+            let expired = served > HANDSHAKE_LIMIT || Instant::now() >= deadline;
             match stepped {
                 Ok(false) if !expired => i += 1,
                 Ok(false) => {
                     self.handshaking.swap_remove(i);
-                    log::warn!(target: "BOOTSTRAP", "Bootstrap: dropped connection from {peer}: TLS handshake unfinished after {HANDSHAKE_LIMIT:?}");
+                    log::warn!(target: "BOOTSTRAP", "Bootstrap: dropped connection from {peer}: TLS handshake unfinished after {:.1} s", served.as_secs_f64());
                 }
                 Ok(true) => {
                     let (h, _) = self.handshaking.swap_remove(i);

@@ -343,6 +343,18 @@ mod encrypted {
         assert!(text.contains("PLAIN-DATA OK"), "{text}");
     }
 
+    /// A peer's TLS handshake accepted during one wait of the listener is not timed out by the
+    /// time the listener spends away before its next wait (the peer answered at once).
+    #[test]
+    fn a_handshake_is_not_timed_out_while_the_listener_is_away() {
+        if in_child() {
+            return;
+        }
+        let (text, ok) = run_child("handshake_gap", &[(PSK_VAR, PSK)], Duration::from_secs(90));
+        assert!(ok, "{text}");
+        assert!(text.contains("HANDSHAKE-GAP OK"), "{text}");
+    }
+
     #[test]
     fn strict_policy_without_a_key_refuses_plaintext() {
         if in_child() {
@@ -397,6 +409,8 @@ fn child() {
         #[cfg(feature = "openssl3")]
         "plain_data" => child_plain_data(),
         "strict_nokey" => child_strict_nokey(),
+        #[cfg(feature = "openssl3")]
+        "handshake_gap" => child_handshake_gap(),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -644,4 +658,41 @@ fn child_plain_data() {
     }
     drop(listener); // stops its acceptor promptly, silent client and all
     println!("PLAIN-DATA OK");
+}
+
+/// Client A connects, but starts its TLS handshake only after the listener's first wait has
+/// returned client B; the listener is then away for longer than the handshake limit (10 s)
+/// before waiting again, and must still take A.
+#[cfg(feature = "openssl3")]
+fn child_handshake_gap() {
+    use std::net::{TcpListener, TcpStream};
+
+    use ferroccl::transport::socket::{ConnKind, Hello, HelloQueue, Role, Stream};
+
+    ferroccl::encryption::freeze();
+    let magic = 0x1234_5678_9abc_def0u64;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut queue = HelloQueue::default();
+    let a_tcp = TcpStream::connect(addr).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let b = std::thread::spawn(move || {
+        let tcp = TcpStream::connect(addr).unwrap();
+        let mut s = Stream::establish(tcp, Role::Client, Instant::now() + Duration::from_secs(30)).unwrap();
+        s.send_hello(&Hello { magic, kind: ConnKind::Root, rank: 1, extra: 0 }).unwrap();
+        s
+    });
+    let (_b_stream, hello) = queue.next(&listener, magic, Instant::now() + Duration::from_secs(20), None).unwrap();
+    assert_eq!(hello.rank, 1);
+    let _b_client = b.join().unwrap();
+    let a = std::thread::spawn(move || {
+        let mut s = Stream::establish(a_tcp, Role::Client, Instant::now() + Duration::from_secs(40)).unwrap();
+        s.send_hello(&Hello { magic, kind: ConnKind::Root, rank: 2, extra: 0 }).unwrap();
+        s
+    });
+    std::thread::sleep(Duration::from_secs(11));
+    let (_a_stream, hello) = queue.next(&listener, magic, Instant::now() + Duration::from_secs(5), None).unwrap();
+    assert_eq!(hello.rank, 2);
+    let _a_client = a.join().unwrap();
+    println!("HANDSHAKE-GAP OK");
 }
