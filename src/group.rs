@@ -63,19 +63,27 @@ pub fn depth() -> u32 {
     GROUP.with(|g| g.borrow().depth)
 }
 
-/// Ends one nesting level; the outermost runs everything queued.
-pub fn end() -> Result<Progress> {
-    let (inits, ops) = GROUP.with(|g| {
+/// What the outermost end of a group takes over: its creations and operations.
+type Queued = (Vec<InitTask>, Vec<(Arc<Comm>, OpRequest)>);
+
+/// Closes one nesting level for `function`; `Some` with everything queued at the outermost.
+fn close_level(function: &str) -> Result<Option<Queued>> {
+    GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth == 0 {
-            return Err(Error::invalid_usage("ncclGroupEnd: not inside a group (ncclGroupStart missing)"));
+            return Err(Error::invalid_usage(format!("{function}: not inside a group (ncclGroupStart missing)")));
         }
         g.depth -= 1;
         if g.depth > 0 {
-            return Ok((Vec::new(), Vec::new()));
+            return Ok(None);
         }
-        Ok((std::mem::take(&mut g.inits), std::mem::take(&mut g.ops)))
-    })?;
+        Ok(Some((std::mem::take(&mut g.inits), std::mem::take(&mut g.ops))))
+    })
+}
+
+/// Ends one nesting level; the outermost runs everything queued.
+pub fn end() -> Result<Progress> {
+    let Some((inits, ops)) = close_level("ncclGroupEnd")? else { return Ok(Progress::Complete) };
     let progress = run_inits(inits)?;
     run_ops(ops)?;
     Ok(progress)
@@ -88,21 +96,8 @@ pub fn end() -> Result<Progress> {
 /// only the outermost level looks at: there a bad one still closes the group and drops its
 /// operations, then fails with ncclInvalidArgument.
 pub fn simulate_end(valid: bool) -> Result<(Progress, Option<f32>)> {
-    let (outermost, inits, ops) = GROUP.with(|g| {
-        let mut g = g.borrow_mut();
-        if g.depth == 0 {
-            return Err(Error::invalid_usage("ncclGroupSimulateEnd: not inside a group (ncclGroupStart missing)"));
-        }
-        g.depth -= 1;
-        if g.depth > 0 {
-            return Ok((false, Vec::new(), Vec::new()));
-        }
-        Ok((true, std::mem::take(&mut g.inits), std::mem::take(&mut g.ops)))
-    })?;
+    let Some((inits, ops)) = close_level("ncclGroupSimulateEnd")? else { return Ok((Progress::Complete, None)) };
     let progress = run_inits(inits)?;
-    if !outermost {
-        return Ok((progress, None));
-    }
     if !valid {
         return Err(Error::invalid_argument(format!(
             "ncclGroupSimulateEnd: simInfo not initialised with NCCL_SIM_INFO_INITIALIZER; the group is \
