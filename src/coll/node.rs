@@ -96,17 +96,25 @@ pub const STAGE_MAX: usize = usize::MAX;
 ///   vs 866), and from [`SPLIT_MIN`] root and receiver share it; more ranks read the root's
 ///   slot at once, 2x Open MPI at 16 ranks.
 ///
-/// Kernel copies cost more on the 2-core VM (bench/results/malloc-buffers-2core-2026-12-04.md):
-/// there slots win everywhere but the 2-rank all-gather, by 3-4x for a 2-rank all-reduce
-/// (2 MiB 340-409 vs 1108-1291) and when ranks outnumber cores (each system call then also
-/// waits for the scheduler): so slots at every size for a 2-rank all-reduce (even on 16 cores)
-/// and whenever `oversubscribed`.
+/// On the 2-core VM, since peers reach reused buffers on huge pages
+/// (bench/results/stage-crossover-2core-2026-12-05.md, three runs each, us, slots vs kernel
+/// copies): a 2-rank all-reduce 8 KiB 2.1-2.4 vs 2.7-3.1, 32 KiB 6.1-6.4 vs 4.1-4.2, 2 MiB
+/// 258-271 vs 210-216, 8 MiB 1059-1110 vs 934-1011, 32 MiB 6459-6951 vs 6888-7318 (16 cores:
+/// 64 KiB 18 vs 13.5, above); 4 ranks on the 2 cores (`oversubscribed`) kernel copies win from
+/// 512 KiB for all-reduce (191-195 vs 136-166), all-gather and reduce-scatter, slots up to
+/// 32-128 KiB, and a broadcast's receivers copy the root's buffer faster from 32 KiB (128 KiB
+/// 21-23 vs 10-15, 8 MiB 1637-1694 vs 1114-1194). (Before huge pages, slots won every cell
+/// there by up to 3x: malloc-buffers-2core-2026-12-04.md.)
 pub fn default_stage_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -> usize {
     if oversubscribed {
-        return STAGE_MAX;
+        return match coll {
+            NodeColl::Broadcast { .. } => 0,
+            NodeColl::Gather { .. } => STAGE_MAX,
+            _ => 128 << 10,
+        };
     }
     match (coll, nranks) {
-        (NodeColl::AllReduce(_), 0..=2) => STAGE_MAX,
+        (NodeColl::AllReduce(_), 0..=2) => 16 << 10,
         (NodeColl::AllReduce(_), _) => 128 << 10,
         (NodeColl::ReduceScatter(_), 0..=2) => STAGE_MAX,
         (NodeColl::ReduceScatter(_), 3..=8) => 1 << 20,
