@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Round 82 (one H200 machine, 16 cores), build a333eb7 (carry .dev): round 81's GPU checks
+# (every GPU test, incl. simulate_end_with_device_buffers_runs_nothing; nccl-tests -t 2 plain,
+# -t 2 -G 5 (a quick clean ncclInvalidUsage), -np 2 -G 5), then issue 15 on 16 cores: slots
+# (FERROCCL_NODE_STAGE_MAX=1T) against kernel copies (0) with malloc'd buffers on huge pages,
+# 2, 8 and 16 ranks, all four collectives, 2 alternating repeats (the 16-core rules of
+# node::default_stage_max were measured before huge pages).
+set -u
+T0=$(date +%s); R=$OUT/r; mkdir -p $R
+el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+mkdir -p $OUT/g; OUT=$OUT/g bash bench/results/gpu-thread-p2p/round81.sh > $OUT/g/round81.txt 2>&1
+cat $OUT/g/round81.txt
+el "round 81"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+{ nproc; grep -m1 'model name' /proc/cpuinfo; uptime; } > $R/host.txt
+for NP in 2 8 16; do
+  for coll in all_reduce reduce_scatter all_gather broadcast; do
+    for rep in 1 2; do for sm in 0 1T; do
+      printf "%s np%s rep%s stage_max=%-3s " $coll $NP $rep $sm
+      FERROCCL_NODE_STAGE_MAX=$sm timeout 60 mpirun -np $NP --oversubscribe --bind-to none -x NCCL_SOCKET_IFNAME=lo -x FERROCCL_NODE_STAGE_MAX \
+        .dev/bin/ferroccl-bench $coll -b 8K -e 32M -f 4 -n 20 -w 5 -c 0 2>&1 | grep -E "^ +[0-9]" | awk '{printf "%s %s  ", $1, $6}'; echo
+    done; done
+  done
+  el "np $NP"
+done > $R/ab-16core.txt 2>&1
+cat $R/ab-16core.txt | grep "^\[" ; el done
+cd $OUT && tar czf r.tgz r && rm -rf r
