@@ -14,13 +14,7 @@ el "round 81"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 { nproc; grep -m1 'model name' /proc/cpuinfo; uptime; } > $R/host.txt
 for NP in 2 8 16; do
-  for coll in all_reduce reduce_scatter all_gather broadcast; do
-    for rep in 1 2; do for sm in 0 1T; do
-      printf "%s np%s rep%s stage_max=%-3s " $coll $NP $rep $sm
-      FERROCCL_NODE_STAGE_MAX=$sm timeout 60 mpirun -np $NP --oversubscribe --bind-to none -x NCCL_SOCKET_IFNAME=lo -x FERROCCL_NODE_STAGE_MAX \
-        .dev/bin/ferroccl-bench $coll -b 8K -e 32M -f 4 -n 20 -w 5 -c 0 2>&1 | grep -E "^ +[0-9]" | awk '{printf "%s %s  ", $1, $6}'; echo
-    done; done
-  done
+  NP=$NP REPS=2 FB=.dev/bin/ferroccl-bench bash bench/results/stage-crossover-2core-2026-12-05/ab_stage.sh
   el "np $NP"
 done > $R/ab-16core.txt 2>&1
 cat $R/ab-16core.txt | grep "^\[" ; el done
