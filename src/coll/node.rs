@@ -361,9 +361,9 @@ impl NodeOp {
     }
 
     /// Each rank puts its input in its slot and builds its result from everybody's slots.
-    /// Inputs of up to [`TINY_BYTES`] travel in the cache line that also says they are
-    /// ready (one line transfer per peer); larger ones in the slots, announced by the Arrived
-    /// counter. All-reduce folds every slot, reduce-scatter its own block of every slot,
+    /// Inputs of up to [`TINY_BYTES`] travel in a tiny slot, whose first line also says they
+    /// are ready (about one line transfer per peer); larger ones in the slots, announced by
+    /// the Arrived counter. All-reduce folds every slot, reduce-scatter its own block of every slot,
     /// all-gather copies every slot to its block (a gather's root alone), broadcast copies the
     /// root's (only the root posts). One synchronisation: the next writer of a slot waits for
     /// its readers.
@@ -390,15 +390,10 @@ impl NodeOp {
         // with the input. Not a reduce-scatter's: 256-1024 B (in all) took 0.23/0.25/0.26
         // with the input against 0.21/0.21/0.24 at the start.
         let early_announce = !posts || matches!(self.coll, NodeColl::ReduceScatter(_));
-        let slot_of = |area: &NodeArea, r: usize, seq: u64| {
-            if tiny {
-                area.tiny_data(r, seq)
-            } else if ring {
-                area.ring_slot(r, seq)
-            } else {
-                area.slot(r, seq)
-            }
-        };
+        // (Tiny slots are spread over cache lines: their inputs are copied through `tiny_input`.)
+        let slot_of =
+            |area: &NodeArea, r: usize, seq: u64| if ring { area.ring_slot(r, seq) } else { area.slot(r, seq) };
+        let mut tiny_input = [0u8; TINY_BYTES];
         if self.phase == Phase::Done {
             return Ok(());
         }
@@ -417,12 +412,16 @@ impl NodeOp {
                 return Ok(());
             }
             // Our own input enters scaled by our own PreMulSum scalar (ranks' scalars differ).
-            // SAFETY: our own slot, of TINY_BYTES (tiny), RING_BYTES (ring) or at least
-            // SMALL_BYTES >= in_len (for_size), which no rank reads until we post it; the send buffer is the
-            // caller's, valid for `in_len`, and cannot overlap the shared slot.
+            // SAFETY: the send buffer is the caller's, valid for `in_len`. Our own slot, of
+            // RING_BYTES (ring) or at least SMALL_BYTES >= in_len (for_size), no rank reads
+            // until we post it, and it cannot overlap the send buffer.
             let (slot, input) = unsafe {
                 (
-                    std::slice::from_raw_parts_mut(slot_of(area, me, self.seq), in_len),
+                    if tiny {
+                        &mut tiny_input[..in_len]
+                    } else {
+                        std::slice::from_raw_parts_mut(slot_of(area, me, self.seq), in_len)
+                    },
                     std::slice::from_raw_parts(self.send, in_len),
                 )
             };
@@ -439,7 +438,7 @@ impl NodeOp {
                 }
             }
             if tiny {
-                area.post_tiny(self.seq);
+                area.post_tiny(self.seq, &tiny_input[..in_len]);
             } else {
                 if !early_announce {
                     area.announce(self.seq, self.sig);
@@ -497,9 +496,40 @@ impl NodeOp {
             // SAFETY: the caller's receive buffer, ours alone until the operation completes
             // (an in-place input in it was copied to our slot before).
             let out = unsafe { std::slice::from_raw_parts_mut(self.recv, out_len) };
-            // SAFETY: rank r's slot holds this operation's input (posted or its Arrived counter
-            // reached seq, with Release) and is not rewritten before we mark Left.
-            let input_of = |r: usize| unsafe { std::slice::from_raw_parts(slot_of(area, r, self.seq), in_len) };
+            // Rank r's input: copied out of its tiny slot into `buf`, or where it lies in its
+            // ring or data slot.
+            #[derive(Clone, Copy)]
+            enum SlotKind {
+                Tiny,
+                Ring,
+                Data,
+            }
+            fn input_of<'a>(
+                area: &'a NodeArea,
+                slot: SlotKind,
+                (r, seq, len): (usize, u64, usize),
+                buf: &'a mut [u8; TINY_BYTES],
+            ) -> &'a [u8] {
+                let ptr = match slot {
+                    SlotKind::Tiny => {
+                        area.read_tiny(r, seq, &mut buf[..len]);
+                        return &buf[..len];
+                    }
+                    SlotKind::Ring => area.ring_slot(r, seq),
+                    SlotKind::Data => area.slot(r, seq),
+                };
+                // SAFETY: rank r's slot holds this operation's input of `len` bytes (its
+                // Arrived counter reached seq, with Release) and is not rewritten before we
+                // mark Left.
+                unsafe { std::slice::from_raw_parts(ptr, len) }
+            }
+            let slot = if tiny {
+                SlotKind::Tiny
+            } else if ring {
+                SlotKind::Ring
+            } else {
+                SlotKind::Data
+            };
             match self.coll {
                 NodeColl::AllReduce(red) | NodeColl::ReduceScatter(red) => {
                     // Reduce-scatter: our block of every rank's input.
@@ -513,7 +543,7 @@ impl NodeOp {
                             fold(&red, out, own, r == 0)?;
                             continue;
                         }
-                        let input = &input_of(r)[at..at + self.bytes];
+                        let input = &input_of(area, slot, (r, self.seq, in_len), &mut tiny_input)[at..at + self.bytes];
                         if r == 0 {
                             out.copy_from_slice(input);
                         } else {
@@ -524,10 +554,17 @@ impl NodeOp {
                 }
                 NodeColl::AllGather | NodeColl::Gather { .. } => {
                     for r in 0..n {
-                        out[r * self.bytes..(r + 1) * self.bytes].copy_from_slice(input_of(r));
+                        out[r * self.bytes..(r + 1) * self.bytes].copy_from_slice(input_of(
+                            area,
+                            slot,
+                            (r, self.seq, in_len),
+                            &mut tiny_input,
+                        ));
                     }
                 }
-                NodeColl::Broadcast { root } => out.copy_from_slice(input_of(root)),
+                NodeColl::Broadcast { root } => {
+                    out.copy_from_slice(input_of(area, slot, (root, self.seq, in_len), &mut tiny_input))
+                }
             }
             area.mark(Counter::Left, self.seq);
             self.phase = Phase::Done;
@@ -1526,8 +1563,9 @@ mod tests {
     fn mixed_stream(areas: Vec<NodeArea>, stage_max: fn(usize) -> usize) {
         use crate::types::DataType;
         let n = areas.len();
-        // Elements (i64): tiny (<= 7), small slots, direct (several 64 KiB pieces per rank).
-        let sizes = [1usize, 7, 8, 100, 2048, 1, 70_000, 5, 300_000, 2, 3, 5000, 1];
+        // Elements (i64): tiny (<= 14: one or both lines of the slot), ring slots, small
+        // slots, direct (several 64 KiB pieces per rank).
+        let sizes = [1usize, 7, 8, 100, 2048, 1, 70_000, 5, 300_000, 2, 3, 5000, 1, 14, 15];
         let input_of = |r: usize, k: usize, count: usize| -> Vec<i64> {
             (0..count).map(|i| (i as i64 % 1000) * (r as i64 + 1) + k as i64).collect()
         };
