@@ -390,10 +390,15 @@ impl NodeOp {
         // with the input. Not a reduce-scatter's: 256-1024 B (in all) took 0.23/0.25/0.26
         // with the input against 0.21/0.21/0.24 at the start.
         let early_announce = !posts || matches!(self.coll, NodeColl::ReduceScatter(_));
-        // (Tiny slots are spread over cache lines: their inputs are copied through `tiny_input`.)
-        let slot_of =
-            |area: &NodeArea, r: usize, seq: u64| if ring { area.ring_slot(r, seq) } else { area.slot(r, seq) };
-        let mut tiny_input = [0u8; TINY_BYTES];
+        let slot_of = |area: &NodeArea, r: usize, seq: u64| {
+            if tiny {
+                area.tiny_data(r, seq)
+            } else if ring {
+                area.ring_slot(r, seq)
+            } else {
+                area.slot(r, seq)
+            }
+        };
         if self.phase == Phase::Done {
             return Ok(());
         }
@@ -412,16 +417,12 @@ impl NodeOp {
                 return Ok(());
             }
             // Our own input enters scaled by our own PreMulSum scalar (ranks' scalars differ).
-            // SAFETY: the send buffer is the caller's, valid for `in_len`. Our own slot, of
-            // RING_BYTES (ring) or at least SMALL_BYTES >= in_len (for_size), no rank reads
-            // until we post it, and it cannot overlap the send buffer.
+            // SAFETY: our own slot, of TINY_BYTES (tiny), RING_BYTES (ring) or at least
+            // SMALL_BYTES >= in_len (for_size), which no rank reads until we post it; the send buffer is the
+            // caller's, valid for `in_len`, and cannot overlap the shared slot.
             let (slot, input) = unsafe {
                 (
-                    if tiny {
-                        &mut tiny_input[..in_len]
-                    } else {
-                        std::slice::from_raw_parts_mut(slot_of(area, me, self.seq), in_len)
-                    },
+                    std::slice::from_raw_parts_mut(slot_of(area, me, self.seq), in_len),
                     std::slice::from_raw_parts(self.send, in_len),
                 )
             };
@@ -438,7 +439,7 @@ impl NodeOp {
                 }
             }
             if tiny {
-                area.post_tiny(self.seq, &tiny_input[..in_len]);
+                area.post_tiny(self.seq);
             } else {
                 if !early_announce {
                     area.announce(self.seq, self.sig);
@@ -496,40 +497,9 @@ impl NodeOp {
             // SAFETY: the caller's receive buffer, ours alone until the operation completes
             // (an in-place input in it was copied to our slot before).
             let out = unsafe { std::slice::from_raw_parts_mut(self.recv, out_len) };
-            // Rank r's input: copied out of its tiny slot into `buf`, or where it lies in its
-            // ring or data slot.
-            #[derive(Clone, Copy)]
-            enum SlotKind {
-                Tiny,
-                Ring,
-                Data,
-            }
-            fn input_of<'a>(
-                area: &'a NodeArea,
-                slot: SlotKind,
-                (r, seq, len): (usize, u64, usize),
-                buf: &'a mut [u8; TINY_BYTES],
-            ) -> &'a [u8] {
-                let ptr = match slot {
-                    SlotKind::Tiny => {
-                        area.read_tiny(r, seq, &mut buf[..len]);
-                        return &buf[..len];
-                    }
-                    SlotKind::Ring => area.ring_slot(r, seq),
-                    SlotKind::Data => area.slot(r, seq),
-                };
-                // SAFETY: rank r's slot holds this operation's input of `len` bytes (its
-                // Arrived counter reached seq, with Release) and is not rewritten before we
-                // mark Left.
-                unsafe { std::slice::from_raw_parts(ptr, len) }
-            }
-            let slot = if tiny {
-                SlotKind::Tiny
-            } else if ring {
-                SlotKind::Ring
-            } else {
-                SlotKind::Data
-            };
+            // SAFETY: rank r's slot holds this operation's input (posted or its Arrived counter
+            // reached seq, with Release) and is not rewritten before we mark Left.
+            let input_of = |r: usize| unsafe { std::slice::from_raw_parts(slot_of(area, r, self.seq), in_len) };
             match self.coll {
                 NodeColl::AllReduce(red) | NodeColl::ReduceScatter(red) => {
                     // Reduce-scatter: our block of every rank's input.
@@ -543,7 +513,7 @@ impl NodeOp {
                             fold(&red, out, own, r == 0)?;
                             continue;
                         }
-                        let input = &input_of(area, slot, (r, self.seq, in_len), &mut tiny_input)[at..at + self.bytes];
+                        let input = &input_of(r)[at..at + self.bytes];
                         if r == 0 {
                             out.copy_from_slice(input);
                         } else {
@@ -554,17 +524,10 @@ impl NodeOp {
                 }
                 NodeColl::AllGather | NodeColl::Gather { .. } => {
                     for r in 0..n {
-                        out[r * self.bytes..(r + 1) * self.bytes].copy_from_slice(input_of(
-                            area,
-                            slot,
-                            (r, self.seq, in_len),
-                            &mut tiny_input,
-                        ));
+                        out[r * self.bytes..(r + 1) * self.bytes].copy_from_slice(input_of(r));
                     }
                 }
-                NodeColl::Broadcast { root } => {
-                    out.copy_from_slice(input_of(area, slot, (root, self.seq, in_len), &mut tiny_input))
-                }
+                NodeColl::Broadcast { root } => out.copy_from_slice(input_of(root)),
             }
             area.mark(Counter::Left, self.seq);
             self.phase = Phase::Done;

@@ -31,20 +31,20 @@ const HEADER_BYTES: usize = 4096;
 const CTRL_BYTES: usize = TINY_OFFSET + TINY_DEPTH as usize * TINY_SLOT_BYTES;
 /// Offset of the first tiny slot in a control block.
 const TINY_OFFSET: usize = 384;
-/// Cache lines of a tiny slot: the first holds the sequence word (offset 0), the first
-/// [`TINY_HEAD_DATA`] bytes of input and the call's signature (offset [`TINY_SIG`]); the
-/// others hold the rest of the input. The sequence word is stored last, with Release, so that
-/// one line says the input is ready, brings its start and says what call it belongs to.
-/// Two lines, not more: the second crosses with the first (the pair shares a 128-byte block),
-/// a third costs a transfer of its own. Measured on the 2-core VM (Intel), 2-rank broadcasts,
-/// us, three alternating runs: 64 B 0.13-0.15 in two lines against 0.17-0.22 through a ring
-/// slot; 128 B in three lines 0.22-0.41 against 0.17-0.19 through a ring slot.
+/// Cache lines of a tiny slot: the sequence word (offset 0), the call's signature
+/// ([`TINY_SIG`]), then the input, contiguous to the slot's end. The sequence word is stored
+/// last, with Release, so that the first line says the input is ready, brings its start and
+/// says what call it belongs to. Two lines, not more: the second crosses with the first (the
+/// pair fills a 128-byte block), a third costs a transfer of its own. Measured on the 2-core
+/// VM (Intel), 2-rank broadcasts, us, three alternating runs: 64 B 0.13-0.15 in two lines
+/// against 0.17-0.22 through a ring slot; 128 B in three lines 0.22-0.41 against 0.17-0.19
+/// through a ring slot.
 pub const TINY_LINES: usize = 2;
-/// Input bytes in a tiny slot's first line, between the sequence word and the signature.
-const TINY_HEAD_DATA: usize = 48;
 const TINY_SLOT_BYTES: usize = TINY_LINES * 64;
-/// Largest input a tiny slot holds.
-pub const TINY_BYTES: usize = TINY_HEAD_DATA + (TINY_LINES - 1) * 64;
+/// Offset of the input in a tiny slot.
+const TINY_DATA: usize = 16;
+/// Largest input a tiny slot holds (up to 48 B it stays in the first line).
+pub const TINY_BYTES: usize = TINY_SLOT_BYTES - TINY_DATA;
 /// Tiny slots per rank, used in turn: operation seq reuses the line of seq - TINY_DEPTH. More
 /// than two let a rank that only posts (a broadcast's root) run that many operations ahead,
 /// so that ranks sharing a core wait for each other once per several operations instead of
@@ -57,8 +57,8 @@ pub const TINY_DEPTH: u64 = 64;
 /// round [`TINY_DEPTH`] of them per rank, as tiny ones go round the tiny slots (the two data
 /// slots would hold a broadcast's root to one operation ahead).
 pub const RING_BYTES: usize = 4096;
-/// Offset of the signature word in a tiny slot's line.
-const TINY_SIG: usize = 56;
+/// Offset of the signature word in a tiny slot.
+const TINY_SIG: usize = 8;
 /// Offset, in the Arrived counter's line, of the two announcement words (by parity of the
 /// operation): `(seq as u32) << 32 | signature`, written when a rank starts an operation, so
 /// that peers can compare calls whatever algorithm each chose.
@@ -107,7 +107,7 @@ const DESC_OFFSET: usize = 192;
 const CLAIM_OFFSET: usize = 128;
 
 const _: () = assert!(CLAIM_OFFSET >= 128 && CLAIM_OFFSET + 8 <= DESC_OFFSET);
-const _: () = assert!(DESC_OFFSET + DESC_WORDS * 8 <= TINY_OFFSET && 8 + TINY_HEAD_DATA <= TINY_SIG);
+const _: () = assert!(DESC_OFFSET + DESC_WORDS * 8 <= TINY_OFFSET && TINY_SIG + 8 <= TINY_DATA);
 const _: () = assert!(TINY_OFFSET % 64 == 0 && CTRL_BYTES % 64 == 0 && HEADER_BYTES % 64 == 0);
 
 /// Where a rank's buffer is, as published for its peers.
@@ -491,47 +491,23 @@ impl NodeArea {
         }
     }
 
-    /// The sequence word of `rank`'s tiny slot for operation `seq` (one of [`TINY_DEPTH`]),
-    /// at the start of the slot.
+    /// This rank's tiny slot for operation `seq` (one of [`TINY_DEPTH`]): where its input
+    /// ([`TINY_BYTES`] at most) goes before [`NodeArea::post_tiny`].
+    pub fn tiny_data(&self, rank: usize, seq: u64) -> *mut u8 {
+        (self.tiny_seq(rank, seq).as_ptr() as *mut u8).wrapping_add(TINY_DATA)
+    }
+
+    /// The sequence word of `rank`'s tiny slot for operation `seq`, at the start of the slot.
     fn tiny_seq(&self, rank: usize, seq: u64) -> &AtomicU64 {
         self.ctrl_word(rank, TINY_OFFSET + (seq % TINY_DEPTH) as usize * TINY_SLOT_BYTES)
     }
 
-    /// Where the two parts of a tiny slot's input lie: after the sequence word in the first
-    /// line, then from the second line on.
-    fn tiny_parts(&self, rank: usize, seq: u64, len: usize) -> [(*mut u8, std::ops::Range<usize>); 2] {
-        let slot = self.tiny_seq(rank, seq).as_ptr() as *mut u8;
-        let head = len.min(TINY_HEAD_DATA);
-        [(slot.wrapping_add(8), 0..head), (slot.wrapping_add(64), head..len)]
-    }
-
-    /// Puts `input` (at most [`TINY_BYTES`]) in this rank's tiny slot for operation `seq` and
-    /// posts it, with the signature given to [`NodeArea::begin_tiny`]. The caller has waited
-    /// until every rank left the operation that used the slot before.
-    pub fn post_tiny(&self, seq: u64, input: &[u8]) {
-        assert!(input.len() <= TINY_BYTES, "a tiny slot holds {TINY_BYTES} bytes");
-        for (at, range) in self.tiny_parts(self.rank, seq, input.len()) {
-            // SAFETY: `at` + range.len() lies in our own tiny slot (TINY_BYTES bounds it, and
-            // its data bytes avoid the sequence and signature words); no peer reads it before
-            // the Release store below, and none is reading it now (every rank left the
-            // operation that used the slot before).
-            unsafe { std::ptr::copy_nonoverlapping(input[range.clone()].as_ptr(), at, range.len()) };
-        }
+    /// Announces that this rank's tiny slot holds its input for operation `seq` (with the
+    /// signature given to [`NodeArea::begin_tiny`]).
+    pub fn post_tiny(&self, seq: u64) {
         // Published by the Release store of the sequence word, in the same line.
         self.tiny_sig(self.rank, seq).store(u64::from(self.current.1 .0), Ordering::Relaxed);
         self.tiny_seq(self.rank, seq).store(seq, Ordering::Release);
-    }
-
-    /// Copies `rank`'s posted tiny-slot input for operation `seq` into `out` (its length is the
-    /// input's). Only after [`NodeArea::posted_tiny`] or [`NodeArea::all_posted_tiny`] said yes,
-    /// and before this rank marks Left for `seq`.
-    pub fn read_tiny(&self, rank: usize, seq: u64, out: &mut [u8]) {
-        assert!(out.len() <= TINY_BYTES, "a tiny slot holds {TINY_BYTES} bytes");
-        for (at, range) in self.tiny_parts(rank, seq, out.len()) {
-            // SAFETY: inside rank's tiny slot, as in post_tiny; made visible by the Acquire
-            // load of its sequence word that saw `seq`, and not rewritten before we mark Left.
-            unsafe { std::ptr::copy_nonoverlapping(at as *const u8, out[range.clone()].as_mut_ptr(), range.len()) };
-        }
     }
 
     /// Records that this rank starts operation `seq` for a call of signature `sig`, for
@@ -566,11 +542,11 @@ impl NodeArea {
         Ok(())
     }
 
-    /// The signature word in `rank`'s tiny slot line for operation `seq` (one of TINY_DEPTH).
+    /// The signature word in `rank`'s tiny slot for operation `seq` (one of TINY_DEPTH).
     fn tiny_sig(&self, rank: usize, seq: u64) -> &AtomicU64 {
         let line = self.tiny_seq(rank, seq).as_ptr() as *const u8;
-        // SAFETY: inside rank's tiny line (TINY_SIG + 8 <= 64), 8-aligned, only accessed
-        // atomically.
+        // SAFETY: inside rank's tiny slot's first line (TINY_SIG + 8 <= TINY_DATA <= 64),
+        // 8-aligned, only accessed atomically.
         unsafe { &*(line.add(TINY_SIG) as *const AtomicU64) }
     }
 
@@ -825,17 +801,22 @@ mod tests {
         let input: Vec<u8> = (0..TINY_BYTES).map(|i| (i * 37 + 11) as u8).collect();
         for len in 0..=TINY_BYTES {
             let seq = len as u64 + 1;
-            let sig = OpSig(0x5eed_0000 | len as u32);
+            let sig = OpSig::new(1, 7, 0, 0, len);
             areas[0].begin_tiny(seq, sig);
-            areas[0].post_tiny(seq, &input[..len]);
+            // SAFETY: rank 0's own tiny slot holds TINY_BYTES >= len; nobody reads it yet.
+            unsafe { std::ptr::copy_nonoverlapping(input.as_ptr(), areas[0].tiny_data(0, seq), len) };
+            areas[0].post_tiny(seq);
             let peer = &mut areas[1];
             peer.begin_tiny(seq, sig);
             assert!(peer.posted_tiny(0, seq).unwrap(), "length {len}");
             assert!(!peer.posted_tiny(0, seq + 1).unwrap());
             peer.check_peer(0).unwrap();
-            let mut out = vec![0xAAu8; len];
-            peer.read_tiny(0, seq, &mut out);
-            assert_eq!(out, input[..len], "length {len}");
+            // SAFETY: posted above (Acquire seen), and not rewritten during this read.
+            let out = unsafe { std::slice::from_raw_parts(peer.tiny_data(0, seq), len) };
+            assert_eq!(out, &input[..len], "length {len}");
         }
+        // A different call is refused by the signature in the slot.
+        areas[1].begin_tiny(TINY_BYTES as u64 + 1, OpSig::new(2, 7, 0, 0, TINY_BYTES));
+        assert!(areas[1].check_peer(0).is_err());
     }
 }
