@@ -22,6 +22,9 @@
  *                 own output); barrier; every other slice copied out of its reducer's slot
  *   ar_slots      the input into the slot; barrier; fold this slice from every slot into
  *                 this rank's output and slot; barrier; the other slices out of their slots
+ *   ar_pull_all   every rank reads every peer's whole input by kernel copies and folds the
+ *                 whole message itself (no writes to peers, one wait: read fewer times by
+ *                 more ranks; for 2 ranks, one system call stream each instead of two)
  */
 #define _GNU_SOURCE
 #include <mpi.h>
@@ -95,8 +98,8 @@ int main(int argc, char **argv) {
     uint64_t *all = malloc(3 * n * sizeof *all);
     MPI_Allgather(mine, 3, MPI_UINT64_T, all, 3, MPI_UINT64_T, MPI_COMM_WORLD);
 
-    const char *names[] = {"private_copy", "copy_in", "cma_read", "cma_write", "slot_read", "slot_fold", "ar_cma", "ar_cma_slot", "ar_slots"};
-    enum { STEPS = 9 };
+    const char *names[] = {"private_copy", "copy_in", "cma_read", "cma_write", "slot_read", "slot_fold", "ar_cma", "ar_cma_slot", "ar_slots", "ar_pull_all"};
+    enum { STEPS = 10 };
     double *t = malloc(sizeof(double) * iters);
     char *priv2 = malloc(bytes);
     if (me == 0)
@@ -173,6 +176,23 @@ int main(int argc, char **argv) {
                 memcpy(slot[me] + lo, res, slice);
                 MPI_Barrier(MPI_COMM_WORLD);
                 copy_out_of_slots(out, slot, me, n, slice);
+                break;
+            }
+            case 9: {
+                /* The whole message, in rank order, each peer's input read piece by piece. */
+                size_t whole = (size_t)n * slice;
+                for (int r = 0; r < n; r++) {
+                    for (size_t off = 0; off < whole; off += piece) {
+                        size_t len = whole - off < piece ? whole - off : piece;
+                        const float *src = (const float *)((char *)in + off);
+                        if (r != me) {
+                            cma(0, (pid_t)all[3 * r], scratch, all[3 * r + 1] + off, len);
+                            src = scratch;
+                        }
+                        fold(out + off / 4, src, len / 4, r == 0);
+                    }
+                }
+                MPI_Barrier(MPI_COMM_WORLD); /* peers are done reading our input */
                 break;
             }
             }
