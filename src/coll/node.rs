@@ -468,7 +468,7 @@ impl NodeOp {
             return Ok(());
         }
         if self.phase == Phase::WaitArrived {
-            // Tiny slots carry the signature in their line (compared as each is seen);
+            // Tiny slots carry the signature in their first line (compared as each is seen);
             // small ones next to the Arrived counter just read.
             let arrived = match (watch, tiny) {
                 (Some(r), true) => area.posted_tiny(r, self.seq)? && area.check_peer(r).map(|()| true)?,

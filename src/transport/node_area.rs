@@ -45,7 +45,7 @@ const TINY_SLOT_BYTES: usize = TINY_LINES * 64;
 const TINY_DATA: usize = 16;
 /// Largest input a tiny slot holds (up to 48 B it stays in the first line).
 pub const TINY_BYTES: usize = TINY_SLOT_BYTES - TINY_DATA;
-/// Tiny slots per rank, used in turn: operation seq reuses the line of seq - TINY_DEPTH. More
+/// Tiny slots per rank, used in turn: operation seq reuses the slot of seq - TINY_DEPTH. More
 /// than two let a rank that only posts (a broadcast's root) run that many operations ahead,
 /// so that ranks sharing a core wait for each other once per several operations instead of
 /// every other one, and a root returns at once as Open MPI's does after queuing an eager
@@ -109,6 +109,10 @@ const CLAIM_OFFSET: usize = 128;
 const _: () = assert!(CLAIM_OFFSET >= 128 && CLAIM_OFFSET + 8 <= DESC_OFFSET);
 const _: () = assert!(DESC_OFFSET + DESC_WORDS * 8 <= TINY_OFFSET && TINY_SIG + 8 <= TINY_DATA);
 const _: () = assert!(TINY_OFFSET % 64 == 0 && CTRL_BYTES % 64 == 0 && HEADER_BYTES % 64 == 0);
+// A tiny slot's first line holds the sequence word, the signature and the input's start; its
+// lines fill one aligned 128-byte block; the slots end with the control block.
+const _: () = assert!(TINY_DATA <= 64 && TINY_OFFSET % 128 == 0 && TINY_SLOT_BYTES % 128 == 0 && CTRL_BYTES % 128 == 0);
+const _: () = assert!(TINY_OFFSET + TINY_DEPTH as usize * TINY_SLOT_BYTES == CTRL_BYTES);
 
 /// Where a rank's buffer is, as published for its peers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -511,7 +515,7 @@ impl NodeArea {
     }
 
     /// Records that this rank starts operation `seq` for a call of signature `sig`, for
-    /// one-shot through tiny slots, which carries the signature in the slot's line
+    /// one-shot through tiny slots, which carries the signature in the slot's first line
     /// ([`NodeArea::post_tiny`]) and leaves the Arrived line alone (peers read it only when
     /// they check while idle, but a store there would pull the line back every operation).
     pub fn begin_tiny(&mut self, seq: u64, sig: OpSig) {
@@ -535,7 +539,7 @@ impl NodeArea {
         if (w >> 32) as u32 == seq as u32 {
             return sig.check(OpSig(w as u32), self.rank, rank);
         }
-        // One-shot through tiny slots announces in the slot's line instead.
+        // One-shot through tiny slots announces in the slot's first line instead.
         if self.tiny_seq(rank, seq).load(Ordering::Acquire) == seq {
             return sig.check(OpSig(self.tiny_sig(rank, seq).load(Ordering::Relaxed) as u32), self.rank, rank);
         }
@@ -794,29 +798,64 @@ mod tests {
     }
 
     /// Every input length a tiny slot takes, over both of its lines, reaches the peer whole,
-    /// with the signature, and leaves the slot of the next operation unposted.
+    /// with the signature, and leaves the slot of the next operation unposted; every slot of
+    /// both ranks filled at once keeps its own bytes and spills into nothing around it (the
+    /// other rank's counters, the ring slots after the control blocks).
     #[test]
     fn tiny_slots_carry_every_length_with_their_signature() {
         let mut areas = areas_for_threads(2);
-        let input: Vec<u8> = (0..TINY_BYTES).map(|i| (i * 37 + 11) as u8).collect();
+        let pattern = |rank: usize, seq: u64, i: usize| (i * 37 + seq as usize * 11 + rank * 101) as u8;
+        let ring_start = areas[0].ring_slot(0, 0);
+        // SAFETY: the first ring slot of rank 0 (RING_BYTES >= 64), unused in this test.
+        unsafe { std::ptr::write_bytes(ring_start, 0x5A, 64) };
+        let post = |area: &NodeArea, seq: u64, len: usize| {
+            let input: Vec<u8> = (0..len).map(|i| pattern(area.rank(), seq, i)).collect();
+            // SAFETY: this rank's own tiny slot holds TINY_BYTES >= len; nobody reads it yet.
+            unsafe { std::ptr::copy_nonoverlapping(input.as_ptr(), area.tiny_data(area.rank(), seq), len) };
+            area.post_tiny(seq);
+        };
+        let read = |area: &NodeArea, rank: usize, seq: u64, len: usize| {
+            // SAFETY: posted (Acquire seen by the caller), and not rewritten during this read.
+            let got = unsafe { std::slice::from_raw_parts(area.tiny_data(rank, seq), len) };
+            assert!(
+                got.iter().enumerate().all(|(i, &b)| b == pattern(rank, seq, i)),
+                "rank {rank} seq {seq} len {len}"
+            );
+        };
         for len in 0..=TINY_BYTES {
             let seq = len as u64 + 1;
+            let (poster, reader) = (len % 2, 1 - len % 2);
             let sig = OpSig::new(1, 7, 0, 0, len);
-            areas[0].begin_tiny(seq, sig);
-            // SAFETY: rank 0's own tiny slot holds TINY_BYTES >= len; nobody reads it yet.
-            unsafe { std::ptr::copy_nonoverlapping(input.as_ptr(), areas[0].tiny_data(0, seq), len) };
-            areas[0].post_tiny(seq);
-            let peer = &mut areas[1];
-            peer.begin_tiny(seq, sig);
-            assert!(peer.posted_tiny(0, seq).unwrap(), "length {len}");
-            assert!(!peer.posted_tiny(0, seq + 1).unwrap());
-            peer.check_peer(0).unwrap();
-            // SAFETY: posted above (Acquire seen), and not rewritten during this read.
-            let out = unsafe { std::slice::from_raw_parts(peer.tiny_data(0, seq), len) };
-            assert_eq!(out, &input[..len], "length {len}");
+            areas[poster].begin_tiny(seq, sig);
+            post(&areas[poster], seq, len);
+            areas[reader].begin_tiny(seq, sig);
+            assert!(areas[reader].posted_tiny(poster, seq).unwrap(), "length {len}");
+            assert!(!areas[reader].posted_tiny(poster, seq + 1).unwrap());
+            areas[reader].check_peer(poster).unwrap();
+            read(&areas[reader], poster, seq, len);
         }
         // A different call is refused by the signature in the slot.
-        areas[1].begin_tiny(TINY_BYTES as u64 + 1, OpSig::new(2, 7, 0, 0, TINY_BYTES));
-        assert!(areas[1].check_peer(0).is_err());
+        let (last, last_poster) = (TINY_BYTES as u64 + 1, TINY_BYTES % 2);
+        areas[1 - last_poster].begin_tiny(last, OpSig::new(2, 7, 0, 0, TINY_BYTES));
+        assert!(areas[1 - last_poster].check_peer(last_poster).is_err());
+        // Every slot of both ranks full at once.
+        let seqs = last + 1..=last + TINY_DEPTH;
+        for seq in seqs.clone() {
+            for area in &mut areas {
+                area.begin_tiny(seq, OpSig::NONE);
+                post(area, seq, TINY_BYTES);
+            }
+        }
+        for seq in seqs {
+            for rank in 0..2 {
+                assert!(areas[1 - rank].posted_tiny(rank, seq).unwrap());
+                read(&areas[1 - rank], rank, seq, TINY_BYTES);
+            }
+        }
+        for c in [Counter::Arrived, Counter::Left] {
+            assert_eq!(areas[0].behind(c, 1), vec![0, 1], "{c:?} counters overwritten");
+        }
+        // SAFETY: as above.
+        assert!(unsafe { std::slice::from_raw_parts(ring_start, 64) }.iter().all(|&b| b == 0x5A));
     }
 }

@@ -32,10 +32,11 @@ enum Call {
 }
 
 fn calls(nranks: usize) -> Vec<(usize, Call)> {
-    // Bytes / 4: tiny (8, 48 B), ring (56 B, 4 KiB), data slot (4100 B, 16 KiB), the tree
-    // (20 KB at 2 ranks), the pull (40 KB) and the shared copy (600 KB at 2 processes).
-    let small = [2usize, 12, 14, 200, 1024, 1, 3, 64, 512];
-    let all = [2usize, 12, 14, 200, 1024, 1025, 4096, 5000, 10_000, 150_000, 3];
+    // Bytes / 4: tiny (8, 48, 56, 112 B: one or both lines), ring (116 B, 800 B, 4 KiB),
+    // data slot (4100 B, 16 KiB), the tree (20 KB at 2 ranks), the pull (40 KB) and the shared
+    // copy (600 KB at 2 processes).
+    let small = [2usize, 12, 14, 28, 29, 200, 1024, 1, 3, 64, 512];
+    let all = [2usize, 12, 14, 28, 29, 200, 1024, 1025, 4096, 5000, 10_000, 150_000, 3];
     let mut calls = Vec::new();
     for k in 0..1200 {
         let stretch = k / 200;
