@@ -17,11 +17,11 @@ make -C .dev/nccl-tests -j15 MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi NC
 echo "nccl-tests build rc=$?"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 wrong() { awk '$1 ~ /^[0-9]+$/ && NF > 10 {print $9, $13}' $1 | sort -u | tr '\n' ' '; }
-LD_LIBRARY_PATH=$PFX/lib timeout 60 $B/f/all_reduce_perf -t 2 -b 8 -e 64M -f 8 -c 1 -n 5 -w 2 > $R/t2.log 2>&1
+NCCL_TESTS_DEVICE=0 LD_LIBRARY_PATH=$PFX/lib timeout 60 $B/f/all_reduce_perf -t 2 -b 8 -e 64M -f 8 -c 1 -n 5 -w 2 > $R/t2.log 2>&1
 echo "-t 2 plain rc=$? wrong: $(wrong $R/t2.log)"
-LD_LIBRARY_PATH=$PFX/lib timeout 60 $B/f/all_reduce_perf -t 2 -b 8 -e 64M -f 8 -c 1 -n 5 -w 2 -G 5 > $R/t2-G.log 2>&1
+NCCL_TESTS_DEVICE=0 LD_LIBRARY_PATH=$PFX/lib timeout 60 $B/f/all_reduce_perf -t 2 -b 8 -e 64M -f 8 -c 1 -n 5 -w 2 -G 5 > $R/t2-G.log 2>&1
 echo "-t 2 -G 5 rc=$? (expected: non-zero, quickly, with the message below)"; grep -m2 -iE "invalid usage|graph capture|error" $R/t2-G.log
-timeout 60 mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH=$PFX/lib -x FERROCCL_TIMEOUT $B/f/all_reduce_perf -b 8 -e 64M -f 8 -c 1 -n 5 -w 2 -G 5 > $R/np2-G.log 2>&1
+timeout 60 mpirun -np 2 --bind-to none -x NCCL_TESTS_DEVICE=0 -x LD_LIBRARY_PATH=$PFX/lib -x FERROCCL_TIMEOUT $B/f/all_reduce_perf -b 8 -e 64M -f 8 -c 1 -n 5 -w 2 -G 5 > $R/np2-G.log 2>&1
 echo "-np 2 -G 5 rc=$? wrong: $(wrong $R/np2-G.log)"
 el "nccl-tests"
 cd $OUT && tar czf r.tgz r && rm -rf r
