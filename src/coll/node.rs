@@ -83,9 +83,22 @@ pub const STAGE_MAX: usize = usize::MAX;
 /// all ranks' blocks) a rank passes buffers its peers cannot map through its slots; above
 /// it, peers reach them with kernel copies (process_vm_readv/writev, one per piece and peer).
 /// Slots cost two extra local copies, kernel copies a system call per piece and peer, so
-/// slots win while messages are small or ranks many. Measured on the 16-core host with
-/// malloc'd buffers, slots of 256 KiB and 1 MiB against kernel copies
-/// (bench/results/malloc-buffers-16core-2026-12-04/crossover.txt), in us, slots vs kernel copies:
+/// slots win while messages are small or ranks many.
+///
+/// On the 16-core host (an H100 machine's Intel CPUs) with reused malloc'd buffers, which
+/// peers reach on huge pages (bench/results/stage-crossover-16core/round82-h100-2026-12-05.md,
+/// best of two launches, us, kernel copies vs slots):
+/// - broadcast: 8 ranks 32 KiB 10.9 vs 7.1, 128 KiB 14.3 vs 22.4, 2 MiB 200 vs 589; 16 ranks
+///   128 KiB 32.9 vs 28.1, 512 KiB 50 vs 108, 8 MiB 1948 vs 2801.
+/// - all-gather, 8 ranks: 128 KiB 19.6 vs 13.3, 512 KiB 45 vs 67, 8 MiB 893 vs 1118; slots
+///   win again only at 32 MiB (7558 vs 6765).
+/// - reduce-scatter: 2 ranks 8 KiB 3.5 vs 3.4, 32 KiB 5.4 vs 7.4, 2 MiB 284 vs 336 (32 MiB
+///   7717 vs 7124); 8 ranks 128 KiB 43 vs 42, 512 KiB 139 vs 175; 16 ranks 32 KiB 49 vs 24,
+///   128 KiB 72 vs 88.
+/// - all-reduce agrees with the rule below (8 ranks 128 KiB 54.6 vs 55.9, 512 KiB 154 vs 238).
+///
+/// Before huge pages (bench/results/malloc-buffers-16core-2026-12-04/crossover.txt), slots of
+/// 256 KiB and 1 MiB against kernel copies, in us, slots vs kernel copies:
 /// - all-reduce: 2 ranks even (64 KiB 18 vs 13.5, 16 MiB 4112 vs 4400); 8 ranks 64 KiB 32 vs
 ///   46, 256 KiB 117 vs 117, 1 MiB 440 vs 398; 16 ranks 64 KiB 45 vs 81, 256 KiB 195 vs 167.
 /// - reduce-scatter: 2 ranks slots never worse; 8 ranks 256 KiB 83 vs 90, 1 MiB 282 vs 283,
@@ -99,12 +112,13 @@ pub const STAGE_MAX: usize = usize::MAX;
 /// On the 2-core VM, since peers reach reused buffers on huge pages
 /// (bench/results/stage-crossover-2core-2026-12-05.md, three runs each, us, slots vs kernel
 /// copies): a 2-rank all-reduce 8 KiB 2.1-2.4 vs 2.7-3.1, 32 KiB 6.1-6.4 vs 4.1-4.2, 2 MiB
-/// 258-271 vs 210-216, 8 MiB 1059-1110 vs 934-1011, 32 MiB 6459-6951 vs 6888-7318 (16 cores:
-/// 64 KiB 18 vs 13.5, above); 4 ranks on the 2 cores (`oversubscribed`) kernel copies win from
-/// 512 KiB for all-reduce (184-195 vs 136-166), all-gather and reduce-scatter, slots up to
-/// 32-128 KiB, and a broadcast's receivers copy the root's buffer faster from 32 KiB (128 KiB
-/// 21-23 vs 10-15, 8 MiB 1637-1694 vs 1114-1194). (Before huge pages, slots won every cell
-/// there by up to 3x: malloc-buffers-2core-2026-12-04.md.)
+/// 258-271 vs 210-216, 8 MiB 1059-1110 vs 934-1011, 32 MiB 6459-6951 vs 6888-7318 (16 cores: 64
+/// KiB 18 vs 13.5, above), a 2-rank reduce-scatter 2 MiB 213-239 vs 172-185; 4 ranks on the 2
+/// cores (`oversubscribed`) kernel copies win from 512 KiB for all-reduce (184-195 vs 136-166),
+/// all-gather and reduce-scatter, slots up to 32-128 KiB, and a broadcast's receivers copy the
+/// root's buffer faster from 32 KiB (128 KiB 21-23 vs 10-15, 8 MiB 1637-1694 vs 1114-1194).
+/// (Before huge pages, slots won every cell there by up to 3x:
+/// malloc-buffers-2core-2026-12-04.md.)
 pub fn default_stage_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -> usize {
     if oversubscribed {
         return match coll {
@@ -116,14 +130,16 @@ pub fn default_stage_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -
     match (coll, nranks) {
         (NodeColl::AllReduce(_), 0..=2) => 16 << 10,
         (NodeColl::AllReduce(_), _) => 128 << 10,
-        (NodeColl::ReduceScatter(_), 0..=2) => STAGE_MAX,
-        (NodeColl::ReduceScatter(_), 3..=8) => 1 << 20,
-        (NodeColl::ReduceScatter(_), _) => 128 << 10,
+        (NodeColl::ReduceScatter(_), 0..=2) => 16 << 10,
+        (NodeColl::ReduceScatter(_), 3..=8) => 128 << 10,
+        (NodeColl::ReduceScatter(_), _) => 32 << 10,
         (NodeColl::AllGather, 0..=2) => 16 << 10,
-        (NodeColl::AllGather, 3..=8) => STAGE_MAX,
+        (NodeColl::AllGather, 3..=8) => 128 << 10,
         (NodeColl::AllGather, _) => 1 << 20,
         (NodeColl::Broadcast { .. }, 0..=2) => 0,
-        (NodeColl::Broadcast { .. } | NodeColl::Gather { .. }, _) => STAGE_MAX,
+        (NodeColl::Broadcast { .. }, 3..=8) => 32 << 10,
+        (NodeColl::Broadcast { .. }, _) => 128 << 10,
+        (NodeColl::Gather { .. }, _) => STAGE_MAX,
     }
 }
 /// Bytes reduced at a time: the partial result and one input stay in cache.
