@@ -85,17 +85,15 @@ pub const STAGE_MAX: usize = usize::MAX;
 /// Slots cost two extra local copies, kernel copies a system call per piece and peer, so
 /// slots win while messages are small or ranks many.
 ///
-/// On the 16-core host (an H100 machine's Intel CPUs) with reused malloc'd buffers, which
-/// peers reach on huge pages (bench/results/stage-crossover-16core/round82-h100-2026-12-05.md,
-/// best of two launches, us, kernel copies vs slots):
-/// - broadcast: 8 ranks 32 KiB 10.9 vs 7.1, 128 KiB 14.3 vs 22.4, 2 MiB 200 vs 589; 16 ranks
-///   128 KiB 32.9 vs 28.1, 512 KiB 50 vs 108, 8 MiB 1948 vs 2801.
-/// - all-gather, 8 ranks: 128 KiB 19.6 vs 13.3, 512 KiB 45 vs 67, 8 MiB 893 vs 1118; slots
-///   win again only at 32 MiB (7558 vs 6765).
-/// - reduce-scatter: 2 ranks 8 KiB 3.5 vs 3.4, 32 KiB 5.4 vs 7.4, 2 MiB 284 vs 336 (32 MiB
-///   7717 vs 7124); 8 ranks 128 KiB 43 vs 42, 512 KiB 139 vs 175; 16 ranks 32 KiB 49 vs 24,
-///   128 KiB 72 vs 88.
-/// - all-reduce agrees with the rule below (8 ranks 128 KiB 54.6 vs 55.9, 512 KiB 154 vs 238).
+/// On the 16-core host with reused malloc'd buffers (bench/results/stage-rule-16core-2026-12-05.md,
+/// us, kernel copies vs slots): a broadcast's receivers all read the root's buffer at once, which
+/// pays only where that buffer is on huge pages (2 MiB regions and up): 8 ranks in a 32 MiB
+/// buffer 512 KiB 25-38 vs 103-105, 2 MiB 183-269 vs 472-514, 8 MiB 728-1080 vs 1908-2075, but
+/// in a 512 KiB one (4 KiB pages) 128 KiB 76-105 and 512 KiB 309-434 (slots about 24 and 100);
+/// 16 ranks 512 KiB 518-591 vs 93-112, 2 MiB 745-824 vs 473-709, 8 MiB 1579-1774 vs 2215-2607.
+/// Reduce-scatter: 2 ranks 32 KiB 5.7 vs 7.2-8.5 (2 MiB 263-304 vs 278-315); 8 ranks 512 KiB
+/// 100-120 vs 145-181. All-gather at 8 ranks came out mixed in two runs (512 KiB 45 vs 67, then
+/// 61-111 vs 47-67), so it keeps slots.
 ///
 /// Before huge pages (bench/results/malloc-buffers-16core-2026-12-04/crossover.txt), slots of
 /// 256 KiB and 1 MiB against kernel copies, in us, slots vs kernel copies:
@@ -131,14 +129,13 @@ pub fn default_stage_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -
         (NodeColl::AllReduce(_), 0..=2) => 16 << 10,
         (NodeColl::AllReduce(_), _) => 128 << 10,
         (NodeColl::ReduceScatter(_), 0..=2) => 16 << 10,
-        (NodeColl::ReduceScatter(_), 3..=8) => 128 << 10,
-        (NodeColl::ReduceScatter(_), _) => 32 << 10,
+        (NodeColl::ReduceScatter(_), _) => 128 << 10,
         (NodeColl::AllGather, 0..=2) => 16 << 10,
-        (NodeColl::AllGather, 3..=8) => 128 << 10,
+        (NodeColl::AllGather, 3..=8) => STAGE_MAX,
         (NodeColl::AllGather, _) => 1 << 20,
         (NodeColl::Broadcast { .. }, 0..=2) => 0,
-        (NodeColl::Broadcast { .. }, 3..=8) => 32 << 10,
-        (NodeColl::Broadcast { .. }, _) => 128 << 10,
+        (NodeColl::Broadcast { .. }, 3..=8) => 1 << 20,
+        (NodeColl::Broadcast { .. }, _) => 4 << 20,
         (NodeColl::Gather { .. }, _) => STAGE_MAX,
     }
 }
