@@ -9,6 +9,6 @@ el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 CELLS="broadcast:8:1T broadcast:16:1T reduce_scatter:2:1T reduce_scatter:8:1M" SEGS="8K:512K 2M:32M" REPS=3 \
   FB=.dev/bin/ferroccl-bench bash bench/results/stage-rule-16core/ab_rule.sh > $R/ab-rule2.txt 2>&1
 el "ab"; mkdir -p $OUT/c
-OUT=$OUT/c NP=16 LIMIT=${LIMIT:-400} bash bench/results/malloc-16core-2026-12-05/round84.sh
+OUT=$OUT/c NP=16 LIMIT=${LIMIT:-400} bash bench/results/stage-rule-16core/round84.sh
 (cd $OUT/c && tar xzf r.tgz && cp -r r/* $R/ && cd $OUT && rm -rf $OUT/c); el done
 cd $OUT && tar czf r.tgz r && rm -rf r
