@@ -32,6 +32,9 @@
 #   --ferroccl-bench PATH  use this binary instead of building it; --no-build: do not run cargo
 #                  (the binary is then looked up in $CARGO_TARGET_DIR/release)
 #   --keep-logs    keep the raw program outputs (PREFIX-logs/)
+#   --report-from DIR  run nothing: write the report from the raw outputs in DIR (a PREFIX-logs/
+#                  of --keep-logs, say of a run cut short; pass the same -np and --colls). A run
+#                  without an exit status shows under "Failed runs"; cells use what finished.
 #   --colls LIST   collectives, comma-separated (default all_reduce,all_gather,broadcast,reduce_scatter)
 #   --both-allocs  ferroccl-bench runs twice per repeat, malloc'd buffers then ncclMemAlloc ones:
 #                  the report shows both times, their ratio and issue 15's target (malloc'd
@@ -86,6 +89,7 @@ fextra=(--alloc system)
 both_allocs=0
 build=1
 keep_logs=0
+report_from=""
 
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 die() { echo "compare_ompi.sh: $*" >&2; exit 2; }
@@ -107,6 +111,7 @@ while [ $# -gt 0 ]; do
         --ferroccl-bench) [ $# -ge 2 ] || die "--ferroccl-bench needs a path"; fbench=$2; build=0; shift 2 ;;
         --no-build) build=0; shift ;;
         --keep-logs) keep_logs=1; shift ;;
+        --report-from) [ $# -ge 2 ] || die "--report-from needs a directory"; report_from=$2; shift 2 ;;
         --host-alloc) fextra=(--alloc system); shift ;;
         --mem-alloc) fextra=(--alloc nccl); shift ;;
         --both-allocs) both_allocs=1; fextra=(--alloc system); shift ;;
@@ -182,6 +187,10 @@ command -v "$MPIRUN" >/dev/null || die "$MPIRUN not found"
 command -v "$MPICC" >/dev/null || die "$MPICC not found"
 target=${CARGO_TARGET_DIR:-$root/target}
 
+if [ -n "$report_from" ]; then
+    [ -f "$report_from/meta.txt" ] || die "no meta.txt in $report_from (not a --keep-logs directory)"
+    logs=$report_from
+else
 logs=$(mktemp -d "${TMPDIR:-/tmp}/compare_ompi.XXXXXX") || die "mktemp failed"
 if [ "$keep_logs" -eq 1 ]; then
     trap 'rm -rf "$out-logs"; mv "$logs" "$out-logs" && echo "# logs in $out-logs"' EXIT
@@ -339,6 +348,8 @@ for n in "${nps[@]}"; do
 done
 echo "segments=$(for k in "${!seg_b[@]}"; do printf '%s-%s:%s:%s ' "${seg_b[k]}" "${seg_e[k]}" "${seg_n[k]}" "${seg_w[k]}"; done)" >>"$logs/meta.txt"
 echo "loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$logs/meta.txt"
+
+fi # not --report-from
 
 # ---- report ----------------------------------------------------------------------------------
 "$PYTHON" - "$logs" "$out" "${nps[*]}" "${colls[*]}" <<'PYEOF'

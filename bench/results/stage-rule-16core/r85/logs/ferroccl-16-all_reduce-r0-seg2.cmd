@@ -1,0 +1,1 @@
+mpirun --oversubscribe --bind-to none -x NCCL_SOCKET_IFNAME=lo -np 16 /work/main/.dev/bin/ferroccl-bench all_reduce -b 134217728 -e 134217728 -f 4 -n 5 -w 2 -c 1 --alloc system -J /root/out/c/r/tmp/compare_ompi.VzgZgF/ferroccl-16-all_reduce-r0-seg2.json

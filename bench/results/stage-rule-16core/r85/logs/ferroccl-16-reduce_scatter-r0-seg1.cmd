@@ -1,0 +1,1 @@
+mpirun --oversubscribe --bind-to none -x NCCL_SOCKET_IFNAME=lo -np 16 /work/main/.dev/bin/ferroccl-bench reduce_scatter -b 2097152 -e 33554432 -f 4 -n 20 -w 5 -c 1 --alloc system -J /root/out/c/r/tmp/compare_ompi.VzgZgF/ferroccl-16-reduce_scatter-r0-seg1.json

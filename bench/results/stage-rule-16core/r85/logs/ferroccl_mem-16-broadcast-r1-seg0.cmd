@@ -1,0 +1,1 @@
+mpirun --oversubscribe --bind-to none -x NCCL_SOCKET_IFNAME=lo -np 16 /work/main/.dev/bin/ferroccl-bench broadcast -b 8 -e 524288 -f 4 -n 100 -w 10 -c 1 --alloc nccl -J /root/out/c/r/tmp/compare_ompi.VzgZgF/ferroccl_mem-16-broadcast-r1-seg0.json

@@ -1,0 +1,1 @@
+mpirun --oversubscribe --bind-to none -x NCCL_SOCKET_IFNAME=lo -np 2 /work/main/.dev/bin/ferroccl-bench all_reduce -b 134217728 -e 134217728 -f 4 -n 5 -w 2 -c 1 --alloc system -J /root/out/r/tmp/compare_ompi.IqgC4n/ferroccl-2-all_reduce-r0-seg2.json

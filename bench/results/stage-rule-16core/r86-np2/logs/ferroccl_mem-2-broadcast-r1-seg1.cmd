@@ -1,0 +1,1 @@
+mpirun --oversubscribe --bind-to none -x NCCL_SOCKET_IFNAME=lo -np 2 /work/main/.dev/bin/ferroccl-bench broadcast -b 2097152 -e 33554432 -f 4 -n 20 -w 5 -c 1 --alloc nccl -J /root/out/r/tmp/compare_ompi.IqgC4n/ferroccl_mem-2-broadcast-r1-seg1.json

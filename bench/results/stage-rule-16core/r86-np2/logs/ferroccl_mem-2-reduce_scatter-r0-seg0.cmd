@@ -1,0 +1,1 @@
+mpirun --oversubscribe --bind-to none -x NCCL_SOCKET_IFNAME=lo -np 2 /work/main/.dev/bin/ferroccl-bench reduce_scatter -b 8 -e 524288 -f 4 -n 100 -w 10 -c 1 --alloc nccl -J /root/out/r/tmp/compare_ompi.IqgC4n/ferroccl_mem-2-reduce_scatter-r0-seg0.json
