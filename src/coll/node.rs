@@ -110,9 +110,9 @@ pub const STAGE_MAX: usize = usize::MAX;
 /// On the 2-core VM, since peers reach reused buffers on huge pages
 /// (bench/results/stage-crossover-2core-2026-12-05.md, three runs each, us, slots vs kernel
 /// copies): a 2-rank all-reduce 8 KiB 2.1-2.4 vs 2.7-3.1, 32 KiB 6.1-6.4 vs 4.1-4.2, 2 MiB
-/// 258-271 vs 210-216, 8 MiB 1059-1110 vs 934-1011, 32 MiB 6459-6951 vs 6888-7318 (16 cores: 64
-/// KiB 18 vs 13.5, above), a 2-rank reduce-scatter 2 MiB 213-239 vs 172-185; 4 ranks on the 2
-/// cores (`oversubscribed`) kernel copies win from 512 KiB for all-reduce (184-195 vs 136-166),
+/// 258-271 vs 210-216, 8 MiB 1059-1110 vs 934-1011, 32 MiB 6459-6951 vs 6888-7318 (16 cores:
+/// 64 KiB 18 vs 13.5, above), a 2-rank reduce-scatter 2 MiB 213-239 vs 172-185; 4 ranks on the
+/// 2 cores (`oversubscribed`) kernel copies win from 512 KiB for all-reduce (184-195 vs 136-166),
 /// all-gather and reduce-scatter, slots up to 32-128 KiB, and a broadcast's receivers copy the
 /// root's buffer faster from 32 KiB (128 KiB 21-23 vs 10-15, 8 MiB 1637-1694 vs 1114-1194).
 /// (Before huge pages, slots won every cell there by up to 3x:
