@@ -17,7 +17,8 @@
 #                  matching S wins (default: --tier 1M:20:5 --tier 64M:5:2). Small calls take
 #                  about a microsecond, so they get more iterations: 20 would time a 20 us window
 #                  that one scheduler tick on a shared 2-core host can double.
-#                  Both programs get the same schedule (ferroccl-bench runs once per tier).
+#                  Both programs get the same schedule and sweep every size in one invocation,
+#                  in buffers of the largest size.
 #   --repeat R     run each pair of sweeps R times, alternating the programs, and report per size
 #                  the fastest of the R (lowest out-of-place time; in-place likewise). Default 1:
 #                  one nccl-tests-style mean per size. All repeats are kept in the JSON.
@@ -153,26 +154,12 @@ for t in "${tiers[@]}"; do
     tier_b+=("$b"); tier_n+=("$t_n"); tier_w+=("$t_w"); ompi_tiers+=(--tier "$b:$t_n:$t_w")
 done
 
-# The sweep, split where the iteration schedule changes: ferroccl-bench takes one -n/-w per
-# invocation, so it runs once per segment (first size, last size, iterations, warm-up);
-# ompi_bench applies the tiers itself.
-seg_b=(); seg_e=(); seg_n=(); seg_w=()
-s=$minb
-while [ "$s" -le "$maxb" ]; do
-    n_s=$iters; w_s=$warmup; best=-1
-    for k in "${!tier_b[@]}"; do
-        if [ "$s" -ge "${tier_b[k]}" ] && [ "${tier_b[k]}" -ge "$best" ]; then
-            best=${tier_b[k]}; n_s=${tier_n[k]}; w_s=${tier_w[k]}
-        fi
-    done
-    last=$((${#seg_b[@]} - 1))
-    if [ "$last" -ge 0 ] && [ "${seg_n[last]}" = "$n_s" ] && [ "${seg_w[last]}" = "$w_s" ]; then
-        seg_e[last]=$s
-    else
-        seg_b+=("$s"); seg_e+=("$s"); seg_n+=("$n_s"); seg_w+=("$w_s")
-    fi
-    s=$((s * factor))
-done
+# ferroccl-bench applies the tiers itself too (--tier), so each program sweeps every size in one
+# invocation, in buffers of the largest size: the same buffers for both. (Before, ferroccl-bench ran
+# once per tier, so sizes below the first tier ran in buffers of that tier's size, where Open MPI's
+# were of the largest: 4 KiB pages against huge ones, bench/results/buffer-size-16core-2026-12-05.md.)
+ftiers=()
+for k in "${!tier_b[@]}"; do ftiers+=(--tier "${tier_b[k]}:${tier_n[k]}:${tier_w[k]}"); done
 
 date_tag=$(date +%Y-%m-%d)
 [ -n "$out" ] || out="$root/bench/results/ompi-compare-$date_tag"
@@ -330,23 +317,22 @@ for n in "${nps[@]}"; do
             tag="$n-$coll-r$r"
             echo "# $coll, $n ranks$( [ "$repeat" -gt 1 ] && echo ", repeat $((r + 1))/$repeat"): ferroccl-bench, ompi_bench"
             wait_for_idle "$tag"
-            for k in "${!seg_b[@]}"; do
-                run_logged "ferroccl-$tag-seg$k" "${launch[@]}" -np "$n" "$fbench" "$coll" \
-                    -b "${seg_b[k]}" -e "${seg_e[k]}" -f "$factor" -n "${seg_n[k]}" -w "${seg_w[k]}" \
-                    -c "$check" "${fextra[@]}" -J "$logs/ferroccl-$tag-seg$k.json"
-                if [ "$both_allocs" = 1 ]; then
-                    run_logged "ferroccl_mem-$tag-seg$k" "${launch[@]}" -np "$n" "$fbench" "$coll" \
-                        -b "${seg_b[k]}" -e "${seg_e[k]}" -f "$factor" -n "${seg_n[k]}" -w "${seg_w[k]}" \
-                        -c "$check" --alloc nccl -J "$logs/ferroccl_mem-$tag-seg$k.json"
-                fi
-            done
+            # One sweep, logged as segment 0 (the report reads runs cut in segments too).
+            run_logged "ferroccl-$tag-seg0" "${launch[@]}" -np "$n" "$fbench" "$coll" \
+                -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" "${ftiers[@]}" \
+                -c "$check" "${fextra[@]}" -J "$logs/ferroccl-$tag-seg0.json"
+            if [ "$both_allocs" = 1 ]; then
+                run_logged "ferroccl_mem-$tag-seg0" "${launch[@]}" -np "$n" "$fbench" "$coll" \
+                    -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" "${ftiers[@]}" \
+                    -c "$check" --alloc nccl -J "$logs/ferroccl_mem-$tag-seg0.json"
+            fi
             run_logged "ompi-$tag" "${launch[@]}" -np "$n" "$obench" -C "$coll" \
                 -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" "${ompi_tiers[@]}" \
                 -c "$check" -J "$logs/ompi-$tag.json"
         done
     done
 done
-echo "segments=$(for k in "${!seg_b[@]}"; do printf '%s-%s:%s:%s ' "${seg_b[k]}" "${seg_e[k]}" "${seg_n[k]}" "${seg_w[k]}"; done)" >>"$logs/meta.txt"
+echo "ferroccl_tiers=${ftiers[*]}" >>"$logs/meta.txt"
 echo "loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$logs/meta.txt"
 
 fi # not --report-from

@@ -112,6 +112,11 @@ struct Args {
     /// Warm-up iterations per size (sizes doubling from -b to -e).
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
     warmup_iters: u32,
+    /// Sizes >= S take N timed and W warm-up iterations instead of -n and -w (S:N:W, S with
+    /// K/M/G; repeatable, the largest S at or below a size wins): one sweep, in one pair of
+    /// buffers, can then cover 8 B to 128 MiB, as ompi_bench's flag of the same name does.
+    #[arg(long = "tier", value_name = "S:N:W", value_parser = parse_tier)]
+    tier: Vec<Tier>,
     /// Repeat the size sweep this many times (0: forever).
     #[arg(short = 'N', long = "run_cycles", default_value_t = 1)]
     run_cycles: u32,
@@ -187,6 +192,35 @@ struct Args {
     canary_relay: Option<PathBuf>,
 }
 
+/// `--tier S:N:W`: from `from` bytes on, `iters` timed and `warmup` warm-up iterations.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Tier {
+    from: usize,
+    iters: u32,
+    warmup: u32,
+}
+
+fn parse_tier(s: &str) -> Result<Tier, String> {
+    let bad = || format!("invalid tier '{s}' (want S:N:W, e.g. 1M:20:5)");
+    let mut parts = s.split(':');
+    let (Some(size), Some(n), Some(w), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return Err(bad());
+    };
+    let from = parse_size(size)?;
+    let iters: u32 = n.trim().parse().map_err(|_| bad())?;
+    let warmup: u32 = w.trim().parse().map_err(|_| bad())?;
+    if iters == 0 {
+        return Err(format!("invalid tier '{s}': at least 1 timed iteration"));
+    }
+    Ok(Tier { from, iters, warmup })
+}
+
+/// Timed and warm-up iterations for `size`: the tier with the largest start at or below it,
+/// else -n and -w.
+fn schedule(tiers: &[Tier], iters: u32, warmup: u32, size: usize) -> (u32, u32) {
+    tiers.iter().filter(|t| t.from <= size).max_by_key(|t| t.from).map_or((iters, warmup), |t| (t.iters, t.warmup))
+}
+
 /// nccl-tests' `parsesize`: a number with an optional K, M or G (powers of 1024).
 fn parse_size(s: &str) -> Result<usize, String> {
     let t = s.trim();
@@ -227,6 +261,8 @@ struct Plan {
     iters: u32,
     agg: u32,
     warmup: u32,
+    /// --tier: other iteration counts from a size on ([`schedule`]).
+    tiers: Vec<Tier>,
     cycles: u32,
     check: u32,
     combine: Combine,
@@ -488,6 +524,7 @@ fn build_plan(args: &Args, nranks: usize) -> Result<Plan, String> {
         iters: args.iters,
         agg: args.agg_iters,
         warmup: args.warmup_iters,
+        tiers: args.tier.clone(),
         cycles: args.run_cycles,
         check: args.check,
         combine: Combine::from_average(args.average),
@@ -525,6 +562,9 @@ fn run(args: &Args, world: &World, multi_process: bool) -> Result<i32, String> {
             "# nThread {} nGpus 1 minBytes {} maxBytes {} step: {}({}) warmup iters: {} iters: {} agg iters: {} validation: {} graph: 0 unalign: {}",
             world.nthreads, plan.minbytes, plan.maxbytes, step.0, step.1, plan.warmup, plan.iters, plan.agg, plan.check, plan.unalign
         );
+        for t in &plan.tiers {
+            println!("# sizes >= {}: warmup iters: {} iters: {}", t.from, t.warmup, t.iters);
+        }
         if init == InitMode::Threads {
             println!("# Parallel Init Enabled: threads call into NcclInitRank concurrently ");
         }
@@ -692,6 +732,21 @@ fn run(args: &Args, world: &World, multi_process: bool) -> Result<i32, String> {
                         (if plan.stepfactor > 1 { "step_factor" } else { "step_bytes" }, Json::from(step.0 as i64)),
                         ("warmup_iters", Json::from(plan.warmup as i64)),
                         ("iterations", Json::from(plan.iters as i64)),
+                        (
+                            "tiers",
+                            Json::Array(
+                                plan.tiers
+                                    .iter()
+                                    .map(|t| {
+                                        json::obj(vec![
+                                            ("from", Json::from(t.from as i64)),
+                                            ("iters", Json::from(t.iters as i64)),
+                                            ("warmup_iters", Json::from(t.warmup as i64)),
+                                        ])
+                                    })
+                                    .collect(),
+                            ),
+                        ),
                         ("aggregated_iterations", Json::from(plan.agg as i64)),
                         ("validation", Json::from(plan.check as i64)),
                         ("average", Json::from(args.average as i64)),
@@ -958,7 +1013,15 @@ impl Rank<'_> {
     }
 
     /// nccl-tests' BenchTime: one timed loop and the check, for one size and placement.
-    fn bench_time(&mut self, dt: Dtype, op: Option<Op>, root: i64, counts: &Counts, in_place: bool) -> Measure {
+    fn bench_time(
+        &mut self,
+        dt: Dtype,
+        op: Option<Op>,
+        root: i64,
+        counts: &Counts,
+        in_place: bool,
+        iters: u32,
+    ) -> Measure {
         let plan = self.plan;
         let root_u = root.max(0) as usize;
         let op_for_data = op.unwrap_or(Op::Sum);
@@ -968,9 +1031,9 @@ impl Rank<'_> {
         self.start_coll(dt, op, root, counts, in_place);
         self.world.barrier(self.thread);
 
-        let mut iteration_us = Vec::with_capacity(if plan.record_latency { plan.iters as usize } else { 0 });
+        let mut iteration_us = Vec::with_capacity(if plan.record_latency { iters as usize } else { 0 });
         let t0 = Instant::now();
-        for _ in 0..plan.iters {
+        for _ in 0..iters {
             let iteration_start = plan.record_latency.then(Instant::now);
             if plan.agg > 1 {
                 self.fail("ncclGroupStart", ncclGroupStart());
@@ -985,7 +1048,7 @@ impl Rank<'_> {
                 iteration_us.push(start.elapsed().as_secs_f64() * 1e6);
             }
         }
-        let sec = t0.elapsed().as_secs_f64() / (plan.iters as f64 * plan.agg as f64);
+        let sec = t0.elapsed().as_secs_f64() / (iters as f64 * plan.agg as f64);
         let sec = self.world.allreduce(self.thread, sec, plan.combine);
         let (algbw, busbw) = plan.coll.bandwidth(counts.param, dt.size(), sec, self.nranks);
         let latencies_us = self.slowest_rank_each(&iteration_us);
@@ -1040,7 +1103,8 @@ impl Rank<'_> {
         let mut size = plan.minbytes;
         while size <= plan.maxbytes {
             let counts = plan.coll.counts(size / elt, elt, self.nranks);
-            for _ in 0..plan.warmup {
+            let (_, warmup) = schedule(&plan.tiers, plan.iters, plan.warmup, size);
+            for _ in 0..warmup {
                 self.start_coll(dt, op, root, &counts, false);
             }
             if size == 0 {
@@ -1058,12 +1122,13 @@ impl Rank<'_> {
                     print!("{:>12}  {:>12}  {:>8}  {:>6}  {:>6}", bytes, counts.param, dt.name(), opname, root);
                     let _ = std::io::stdout().flush();
                 }
-                let oop = self.bench_time(dt, op, root, &counts, false);
+                let (iters, _) = schedule(&plan.tiers, plan.iters, plan.warmup, size);
+                let oop = self.bench_time(dt, op, root, &counts, false, iters);
                 if self.main {
                     print!("{}", oop.cell());
                     let _ = std::io::stdout().flush();
                 }
-                let ip = self.bench_time(dt, op, root, &counts, true);
+                let ip = self.bench_time(dt, op, root, &counts, true, iters);
                 if self.main {
                     println!("{}", ip.cell());
                     self.out.rows.push(json::obj(vec![
@@ -1098,5 +1163,20 @@ mod tests {
         assert_eq!(parse_size("1.5G"), Ok(3 << 29));
         assert!(parse_size("3T").is_err());
         assert!(parse_size("x").is_err());
+    }
+
+    #[test]
+    fn tiers_pick_the_largest_start_at_or_below_a_size() {
+        let tiers = [parse_tier("1M:20:5").unwrap(), parse_tier("64M:5:2").unwrap()];
+        assert_eq!(tiers[0], Tier { from: 1 << 20, iters: 20, warmup: 5 });
+        assert_eq!(schedule(&tiers, 100, 10, 8), (100, 10));
+        assert_eq!(schedule(&tiers, 100, 10, (1 << 20) - 1), (100, 10));
+        assert_eq!(schedule(&tiers, 100, 10, 1 << 20), (20, 5));
+        assert_eq!(schedule(&tiers, 100, 10, 128 << 20), (5, 2));
+        // Order on the command line does not matter.
+        assert_eq!(schedule(&[tiers[1], tiers[0]], 100, 10, 2 << 20), (20, 5));
+        for bad in ["1M:20", "1M:0:5", "1M:x:5", "1M:20:5:1", "1X:20:5", ""] {
+            assert!(parse_tier(bad).is_err(), "{bad} accepted");
+        }
     }
 }
