@@ -1,0 +1,1 @@
+mpirun --oversubscribe --bind-to none -x NCCL_SOCKET_IFNAME=lo -np 2 /work/main/.dev/bin/ferroccl-bench reduce_scatter -b 8 -e 134217728 -f 4 -n 100 -w 10 --tier 1048576:20:5 --tier 67108864:5:2 -c 1 --alloc system -J /root/out/np2/r/tmp/compare_ompi.dByGKL/ferroccl-2-reduce_scatter-r0-seg0.json

@@ -1,0 +1,1 @@
+mpirun --oversubscribe --bind-to none -x NCCL_SOCKET_IFNAME=lo -np 2 /work/main/target/ompi_bench/ompi_bench -C all_reduce -b 8 -e 134217728 -f 4 -n 100 -w 10 --tier 1048576:20:5 --tier 67108864:5:2 -c 1 -J /root/out/np2/r/tmp/compare_ompi.dByGKL/ompi-2-all_reduce-r1.json

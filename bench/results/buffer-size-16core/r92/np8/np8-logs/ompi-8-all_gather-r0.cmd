@@ -1,0 +1,1 @@
+mpirun --oversubscribe --bind-to none -x NCCL_SOCKET_IFNAME=lo -np 8 /work/main/target/ompi_bench/ompi_bench -C all_gather -b 8 -e 134217728 -f 4 -n 100 -w 10 --tier 1048576:20:5 --tier 67108864:5:2 -c 1 -J /root/out/np8/r/tmp/compare_ompi.gqqGJa/ompi-8-all_gather-r0.json
