@@ -25,7 +25,8 @@
 use super::reduce::{Pre, Reduction};
 use crate::error::{Error, Result};
 use crate::transport::node_area::{
-    BufDesc, Counter, NodeArea, PeerBuf, RING_BYTES, SMALL_BYTES, TINY_BYTES, TINY_DEPTH,
+    BufDesc, Counter, NodeArea, PeerBuf, RING_BYTES, RING_GRANULE, RING_STRIDE, SMALL_BYTES, SMALL_RING_BYTES,
+    TINY_BYTES, TINY_DEPTH,
 };
 use crate::transport::{huge_pages, peer_mem, share_heap};
 use crate::wire::OpSig;
@@ -395,7 +396,9 @@ impl NodeOp {
         let own_direct = matches!(self.coll, NodeColl::ReduceScatter(_))
             && !std::ptr::eq(self.recv as *const u8, self.send.wrapping_add(me * self.bytes));
         let tiny = in_len <= TINY_BYTES;
-        let ring = !tiny && in_len <= RING_BYTES;
+        // Small ring slots are interleaved (granules RING_STRIDE apart), the others contiguous.
+        let small_ring = !tiny && in_len <= SMALL_RING_BYTES;
+        let ring = !tiny && !small_ring && in_len <= RING_BYTES;
         // A rank that posts announces its call with its input: a store to the Arrived line at
         // the start would pull the line away from the peers polling it, and the post would
         // pull it again. Measured on the 2-core VM, 2 ranks (us, min of 6 x 20 sweeps):
@@ -406,6 +409,8 @@ impl NodeOp {
         let slot_of = |area: &NodeArea, r: usize, seq: u64| {
             if tiny {
                 area.tiny_data(r, seq)
+            } else if small_ring {
+                area.small_ring_slot(r, seq)
             } else if ring {
                 area.ring_slot(r, seq)
             } else {
@@ -426,31 +431,13 @@ impl NodeOp {
         }
         if self.phase == Phase::WaitSlot {
             // The slot last held operation seq - reuse: every rank must be done reading it.
-            if !area.all_reached(Counter::Left, self.seq.saturating_sub(reuse_distance(tiny || ring)))? {
+            if !area.all_reached(Counter::Left, self.seq.saturating_sub(reuse_distance(tiny || small_ring || ring)))? {
                 return Ok(());
             }
-            // Our own input enters scaled by our own PreMulSum scalar (ranks' scalars differ).
-            // SAFETY: our own slot, of TINY_BYTES (tiny), RING_BYTES (ring) or at least
-            // SMALL_BYTES >= in_len (for_size), which no rank reads until we post it; the send buffer is the
-            // caller's, valid for `in_len`, and cannot overlap the shared slot.
-            let (slot, input) = unsafe {
-                (
-                    std::slice::from_raw_parts_mut(slot_of(area, me, self.seq), in_len),
-                    std::slice::from_raw_parts(self.send, in_len),
-                )
-            };
-            match self.coll {
-                NodeColl::ReduceScatter(red) if own_direct => {
-                    let b = self.bytes;
-                    for q in (0..n).filter(|&q| q != me) {
-                        red.prepare(&mut slot[q * b..(q + 1) * b], &input[q * b..(q + 1) * b])?;
-                    }
-                }
-                NodeColl::AllReduce(red) | NodeColl::ReduceScatter(red) => red.prepare(slot, input)?,
-                NodeColl::AllGather | NodeColl::Broadcast { .. } | NodeColl::Gather { .. } => {
-                    slot.copy_from_slice(input)
-                }
-            }
+            // SAFETY: our own slot, of TINY_BYTES (tiny), SMALL_RING_BYTES (small ring),
+            // RING_BYTES (ring) or at least SMALL_BYTES >= in_len (for_size), which no rank
+            // reads until we post it.
+            unsafe { self.fill_slot(slot_of(area, me, self.seq), small_ring, in_len, own_direct, me, n)? };
             if tiny {
                 area.post_tiny(self.seq);
             } else {
@@ -510,9 +497,26 @@ impl NodeOp {
             // SAFETY: the caller's receive buffer, ours alone until the operation completes
             // (an in-place input in it was copied to our slot before).
             let out = unsafe { std::slice::from_raw_parts_mut(self.recv, out_len) };
+            // A small ring slot's input is gathered from its granules into `staged` (one at a
+            // time).
+            let mut staging = std::mem::MaybeUninit::<[u8; SMALL_RING_BYTES]>::uninit();
+            let staged = staging.as_mut_ptr() as *mut u8;
+            // Bytes [at, at + len) of rank r's input.
             // SAFETY: rank r's slot holds this operation's input (posted or its Arrived counter
-            // reached seq, with Release) and is not rewritten before we mark Left.
-            let input_of = |r: usize| unsafe { std::slice::from_raw_parts(slot_of(area, r, self.seq), in_len) };
+            // reached seq, with Release) and is not rewritten before we mark Left; a small ring
+            // input is at most SMALL_RING_BYTES, all of which ring_gather writes before the
+            // slice is made (and callers drop it before the next call).
+            let input_at = |r: usize, at: usize, len: usize| -> &[u8] {
+                let slot = slot_of(area, r, self.seq);
+                unsafe {
+                    if small_ring {
+                        ring_gather(slot, at, staged, len);
+                        std::slice::from_raw_parts(staged, len)
+                    } else {
+                        std::slice::from_raw_parts(slot.add(at), len)
+                    }
+                }
+            };
             match self.coll {
                 NodeColl::AllReduce(red) | NodeColl::ReduceScatter(red) => {
                     // Reduce-scatter: our block of every rank's input.
@@ -526,7 +530,7 @@ impl NodeOp {
                             fold(&red, out, own, r == 0)?;
                             continue;
                         }
-                        let input = &input_of(r)[at..at + self.bytes];
+                        let input = input_at(r, at, self.bytes);
                         if r == 0 {
                             out.copy_from_slice(input);
                         } else {
@@ -535,15 +539,77 @@ impl NodeOp {
                     }
                     red.finalize(out)?;
                 }
-                NodeColl::AllGather | NodeColl::Gather { .. } => {
-                    for r in 0..n {
-                        out[r * self.bytes..(r + 1) * self.bytes].copy_from_slice(input_of(r));
+                // Copies: a small ring slot's granules straight into the receive buffer.
+                NodeColl::AllGather | NodeColl::Gather { .. } | NodeColl::Broadcast { .. } => {
+                    let from = match self.coll {
+                        NodeColl::Broadcast { root } => root..root + 1,
+                        _ => 0..n,
+                    };
+                    for (k, r) in from.enumerate() {
+                        let dst = &mut out[k * in_len..(k + 1) * in_len];
+                        if small_ring {
+                            // SAFETY: as for input_at; dst is the caller's receive buffer.
+                            unsafe { ring_gather(slot_of(area, r, self.seq), 0, dst.as_mut_ptr(), in_len) };
+                        } else {
+                            dst.copy_from_slice(input_at(r, 0, in_len));
+                        }
                     }
                 }
-                NodeColl::Broadcast { root } => out.copy_from_slice(input_of(root)),
             }
             area.mark(Counter::Left, self.seq);
             self.phase = Phase::Done;
+        }
+        Ok(())
+    }
+
+    /// A one-shot operation's input into this rank's slot (in granules for a small ring slot,
+    /// `interleaved`), scaled by our own PreMulSum scalar (ranks' scalars differ); a
+    /// reduce-scatter's own block left out when `own_direct`.
+    ///
+    /// # Safety
+    /// `slot` must be this rank's slot for this operation, holding `in_len` bytes (as small
+    /// ring granules when `interleaved`), read by no rank until we post it.
+    unsafe fn fill_slot(
+        &self,
+        slot: *mut u8,
+        interleaved: bool,
+        in_len: usize,
+        own_direct: bool,
+        me: usize,
+        n: usize,
+    ) -> Result<()> {
+        // SAFETY: the send buffer is the caller's, valid for `in_len` bytes, and cannot
+        // overlap the shared slot.
+        let input = unsafe { std::slice::from_raw_parts(self.send, in_len) };
+        // (start, length) of what enters the slot: every block but our own, or all of it.
+        let (count, step) = if own_direct { (n, self.bytes) } else { (1, in_len) };
+        let ranges = (0..count).filter(|&q| !own_direct || q != me).map(|q| (q * step, step));
+        let red = match self.coll {
+            NodeColl::AllReduce(red) | NodeColl::ReduceScatter(red) if red.has_pre() => Some(red),
+            _ => None,
+        };
+        for (at, len) in ranges {
+            let data = &input[at..at + len];
+            if interleaved {
+                for (p, r) in ring_pieces(slot, at, len) {
+                    // SAFETY: granule pieces of our small ring slot (caller's contract), each
+                    // within one granule; data[r] is the matching part of the input.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(data[r.clone()].as_ptr(), p, r.len());
+                        if let Some(red) = red {
+                            // Granules are 128 B: whole elements.
+                            red.prepare_in_place(std::slice::from_raw_parts_mut(p, r.len()))?;
+                        }
+                    }
+                }
+            } else {
+                // SAFETY: the caller's contract: `in_len` bytes of slot, ours alone.
+                let dst = unsafe { std::slice::from_raw_parts_mut(slot.add(at), len) };
+                match red {
+                    Some(red) => red.prepare(dst, data)?,
+                    None => dst.copy_from_slice(data),
+                }
+            }
         }
         Ok(())
     }
@@ -1303,6 +1369,36 @@ fn split_chunk(bytes: usize) -> usize {
     bytes.div_ceil(2).next_multiple_of(4096).min(SPLIT_CHUNK)
 }
 
+/// Bytes [at, at + len) of a small ring slot whose first granule is `slot`, piece by piece: each
+/// piece's place in the slot (within one granule) and its range within those `len` bytes.
+fn ring_pieces(slot: *mut u8, at: usize, len: usize) -> impl Iterator<Item = (*mut u8, std::ops::Range<usize>)> {
+    let mut off = at;
+    std::iter::from_fn(move || {
+        if off >= at + len {
+            return None;
+        }
+        let within = off % RING_GRANULE;
+        let take = (RING_GRANULE - within).min(at + len - off);
+        // Pointer arithmetic only: inside the slot for at + len <= SMALL_RING_BYTES.
+        let p = slot.wrapping_add(off / RING_GRANULE * RING_STRIDE + within);
+        let range = off - at..off - at + take;
+        off += take;
+        Some((p, range))
+    })
+}
+
+/// Copies bytes [at, at + len) of the small ring slot whose first granule is `slot` to `out`.
+///
+/// # Safety
+/// The slot must hold those bytes (at + len <= SMALL_RING_BYTES), posted and not rewritten while
+/// this runs; `out` must be valid for `len` bytes of writes and not in the slot.
+unsafe fn ring_gather(slot: *const u8, at: usize, out: *mut u8, len: usize) {
+    for (p, r) in ring_pieces(slot as *mut u8, at, len) {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(p, out.add(r.start), r.len()) };
+    }
+}
+
 /// Orders earlier non-temporal stores before later stores (a no-op off x86-64).
 fn store_fence() {
     #[cfg(target_arch = "x86_64")]
@@ -1417,6 +1513,41 @@ mod tests {
         assert_eq!(kernel_copy_ranges(Some((100, 50)), Some((150, 50))), vec![(100, 50), (150, 50)]);
         assert_eq!(kernel_copy_ranges(Some((100, 50)), Some((300, 0))), vec![(100, 50)]);
         assert_eq!(kernel_copy_ranges(None, Some((300, 8))), vec![(300, 8)]);
+    }
+
+    /// Every byte range of a small ring slot lands in that slot's granules, nowhere else, and
+    /// comes back whole; neighbouring slots' bytes stay as they were.
+    #[test]
+    fn small_ring_slots_interleave_without_overlap() {
+        let depth = TINY_DEPTH as usize;
+        let mut region = vec![0u8; depth * SMALL_RING_BYTES];
+        let base = region.as_mut_ptr();
+        for k in [0, 1, depth / 2, depth - 1] {
+            for (at, len) in [(0, 1), (0, SMALL_RING_BYTES), (5, 200), (127, 2), (256, 256), (384, 1)] {
+                region.fill(0xEE);
+                let data: Vec<u8> = (0..len).map(|i| (i * 7 + k) as u8).collect();
+                let slot = base.wrapping_add(k * RING_GRANULE);
+                for (p, r) in ring_pieces(slot, at, len) {
+                    // SAFETY: inside `region` (at + len <= SMALL_RING_BYTES, slot k < depth).
+                    unsafe { std::ptr::copy_nonoverlapping(data[r.clone()].as_ptr(), p, r.len()) };
+                }
+                let mut back = vec![0u8; len];
+                // SAFETY: as above; `back` holds len bytes.
+                unsafe { ring_gather(slot, at, back.as_mut_ptr(), len) };
+                assert_eq!(back, data, "slot {k} at {at} len {len}");
+                let written = region.iter().filter(|&&b| b != 0xEE).count();
+                let expected = data.iter().filter(|&&b| b != 0xEE).count();
+                assert_eq!(written, expected, "slot {k} at {at} len {len} wrote elsewhere");
+                for (off, &b) in region.iter().enumerate() {
+                    let (granule, within) = (off / RING_STRIDE, off % RING_STRIDE);
+                    let mine = within / RING_GRANULE == k;
+                    let pos = granule * RING_GRANULE + within % RING_GRANULE;
+                    if !(mine && (at..at + len).contains(&pos)) {
+                        assert_eq!(b, 0xEE, "slot {k} at {at} len {len}: byte {off} changed");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -53,10 +53,28 @@ pub const TINY_BYTES: usize = TINY_SLOT_BYTES - TINY_DATA;
 /// 8 against 64): 8 B 0.80 / 0.29, 128 B 0.74 / 0.23, 2 KiB 1.03 / 0.48 (Open MPI 0.27, 0.44,
 /// 4.2); 2 ranks unchanged.
 pub const TINY_DEPTH: u64 = 64;
-/// Bytes of each ring slot: one-shot inputs larger than a tiny slot and up to this size go
-/// round [`TINY_DEPTH`] of them per rank, as tiny ones go round the tiny slots (the two data
+/// Bytes of each ring slot: one-shot inputs larger than a small ring slot and up to this size
+/// go round [`TINY_DEPTH`] of them per rank, as tiny ones go round the tiny slots (the two data
 /// slots would hold a broadcast's root to one operation ahead).
 pub const RING_BYTES: usize = 4096;
+/// Largest one-shot input a small ring slot takes (larger ones, up to [`RING_BYTES`], take a
+/// ring slot). Small ring slots are laid out in granules of [`RING_GRANULE`] bytes: granule g
+/// of every one of a rank's [`TINY_DEPTH`] small ring slots side by side, then granule g + 1
+/// of each, [`RING_STRIDE`] further on, so that a run of calls of up to 512 B touches eight
+/// pages and neighbouring lines, where slots of a page each made every call take a new page (and
+/// cold lines and a TLB miss on both sides after other work evicted them). Measured on the
+/// 2-core VM, 2 ranks, out of place, the first 100 calls after a sweep to 128 MiB (us, four
+/// alternating launches, bench/results/buffer-size-16core-2026-12-05.md): all-reduce 128 B
+/// 0.53-0.70 in a page each against 0.38-0.45 interleaved, reduce-scatter 128 B 0.51-0.75
+/// against 0.37-0.41, all-gather of 256 B inputs 0.58-0.78 against 0.39-0.45. Larger inputs
+/// lose by it (all-reduce 2 KiB 0.97-1.10 against 1.55-1.71: the processor's prefetch runs
+/// from one slot's granule into the next slot's, which its owner is about to write).
+pub const SMALL_RING_BYTES: usize = 512;
+/// Bytes of a small ring slot's granule: a pair of cache lines, which the processor moves
+/// together.
+pub const RING_GRANULE: usize = 128;
+/// Bytes from one granule of a small ring slot to its next.
+pub const RING_STRIDE: usize = TINY_DEPTH as usize * RING_GRANULE;
 /// Offset of the signature word in a tiny slot.
 const TINY_SIG: usize = 8;
 /// Offset, in the Arrived counter's line, of the two announcement words (by parity of the
@@ -106,6 +124,7 @@ const DESC_OFFSET: usize = 192;
 /// descriptor: written only by operations that share out work.
 const CLAIM_OFFSET: usize = 128;
 
+const _: () = assert!(SMALL_RING_BYTES % RING_GRANULE == 0 && (TINY_DEPTH as usize * SMALL_RING_BYTES) % 4096 == 0);
 const _: () = assert!(CLAIM_OFFSET >= 128 && CLAIM_OFFSET + 8 <= DESC_OFFSET);
 const _: () = assert!(DESC_OFFSET + DESC_WORDS * 8 <= TINY_OFFSET && TINY_SIG + 8 <= TINY_DATA);
 const _: () = assert!(TINY_OFFSET % 64 == 0 && CTRL_BYTES % 64 == 0 && HEADER_BYTES % 64 == 0);
@@ -280,9 +299,14 @@ fn ring_offset(nranks: usize) -> usize {
     HEADER_BYTES + (nranks * CTRL_BYTES).next_multiple_of(4096)
 }
 
-/// Where the data slots start: after the ring slots.
-fn data_offset(nranks: usize) -> usize {
+/// Where the small ring slots start: after the ring slots.
+fn small_ring_offset(nranks: usize) -> usize {
     ring_offset(nranks) + nranks * TINY_DEPTH as usize * RING_BYTES
+}
+
+/// Where the data slots start: after the small ring slots.
+fn data_offset(nranks: usize) -> usize {
+    small_ring_offset(nranks) + nranks * TINY_DEPTH as usize * SMALL_RING_BYTES
 }
 
 impl NodeArea {
@@ -719,7 +743,20 @@ impl NodeArea {
     /// A rank's ring slot for operation `seq` ([`RING_BYTES`] long, one of [`TINY_DEPTH`]).
     pub fn ring_slot(&self, rank: usize, seq: u64) -> *mut u8 {
         let off = ring_offset(self.nranks) + (rank * TINY_DEPTH as usize + (seq % TINY_DEPTH) as usize) * RING_BYTES;
-        debug_assert!(off + RING_BYTES <= data_offset(self.nranks));
+        debug_assert!(off + RING_BYTES <= small_ring_offset(self.nranks));
+        self.base.wrapping_add(off)
+    }
+
+    /// The first granule of a rank's small ring slot for operation `seq` (one of
+    /// [`TINY_DEPTH`], holding up to [`SMALL_RING_BYTES`]): granule g lies `g * RING_STRIDE`
+    /// bytes further on.
+    pub fn small_ring_slot(&self, rank: usize, seq: u64) -> *mut u8 {
+        let off = small_ring_offset(self.nranks)
+            + rank * TINY_DEPTH as usize * SMALL_RING_BYTES
+            + (seq % TINY_DEPTH) as usize * RING_GRANULE;
+        debug_assert!(
+            off + (SMALL_RING_BYTES / RING_GRANULE - 1) * RING_STRIDE + RING_GRANULE <= data_offset(self.nranks)
+        );
         self.base.wrapping_add(off)
     }
 
