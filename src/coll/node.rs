@@ -502,12 +502,12 @@ impl NodeOp {
             let mut staging = std::mem::MaybeUninit::<[u8; SMALL_RING_BYTES]>::uninit();
             let staged = staging.as_mut_ptr() as *mut u8;
             // Bytes [at, at + len) of rank r's input.
-            // SAFETY: rank r's slot holds this operation's input (posted or its Arrived counter
-            // reached seq, with Release) and is not rewritten before we mark Left; a small ring
-            // input is at most SMALL_RING_BYTES, all of which ring_gather writes before the
-            // slice is made (and callers drop it before the next call).
             let input_at = |r: usize, at: usize, len: usize| -> &[u8] {
                 let slot = slot_of(area, r, self.seq);
+                // SAFETY: rank r's slot holds this operation's input (posted or its Arrived
+                // counter reached seq, with Release) and is not rewritten before we mark Left;
+                // a small ring input is at most SMALL_RING_BYTES, all of which ring_gather
+                // writes before the slice is made (and callers drop it before the next call).
                 unsafe {
                     if small_ring {
                         ring_gather(slot, at, staged, len);
