@@ -65,10 +65,11 @@ pub const RING_BYTES: usize = 4096;
 /// cold lines and a TLB miss on both sides after other work evicted them). Measured on the
 /// 2-core VM, 2 ranks, out of place, the first 100 calls after a sweep to 128 MiB (us, four
 /// alternating launches, bench/results/buffer-size-16core-2026-12-05.md): all-reduce 128 B
-/// 0.53-0.70 in a page each against 0.38-0.45 interleaved, reduce-scatter 128 B 0.51-0.75
-/// against 0.37-0.41, all-gather of 256 B inputs 0.58-0.78 against 0.39-0.45. Larger inputs
-/// lose by it (all-reduce 2 KiB 0.97-1.10 against 1.55-1.71: the processor's prefetch runs
-/// from one slot's granule into the next slot's, which its owner is about to write).
+/// 0.63-0.68 in a page each against 0.36-0.38 interleaved, reduce-scatter 128 B 0.52-0.71
+/// against 0.34-0.38, all-gather of 256 B inputs 0.56-0.65 against 0.39-0.43; even once warm.
+/// Larger inputs lose by it (all 4 KiB slots interleaved: all-reduce 2 KiB 0.97-1.10 against
+/// 1.55-1.71, in place too: the processor's prefetch runs from one slot's granule into the
+/// next slot's, which its owner is about to write).
 pub const SMALL_RING_BYTES: usize = 512;
 /// Bytes of a small ring slot's granule: a pair of cache lines, which the processor moves
 /// together.
