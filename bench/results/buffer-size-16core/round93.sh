@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Round 93 (16-core host of the device machine), READY for the next session. Needs in .dev: the
+# build at HEAD (bin/ferroccl-bench, prefix/, it) and exp/fb-before = ferroccl-bench built at
+# d23f369 (before the small ring slots): `git worktree add /tmp/wt d23f369 && cd /tmp/wt &&
+# cargo build --release -p ferroccl-bench`, then copy and strip it.
+#  1. Round 81's GPU checks on this build.
+#  2. The small ring slots on 16 cores: before/after, 8 and 16 ranks, 8 B-8 KiB in one sweep to
+#     128 MiB (as compare_ompi.sh runs it), all-reduce, reduce-scatter, broadcast, all-gather,
+#     3 alternating launches.
+#  3. The 8-rank all-gather's slots (today's rule) against kernel copies at 512 KiB-32 MiB
+#     (round 92: 2 MiB 0.78x Open MPI through slots), 3 alternating launches, in a 128 MiB sweep.
+set -u
+T0=$(date +%s); R=$OUT/r; mkdir -p $R
+el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+{ cat .dev/build.commit; nproc; grep -m1 'model name' /proc/cpuinfo; uptime; } > $R/host.txt
+mkdir -p $OUT/g; OUT=$OUT/g bash bench/results/gpu-thread-p2p/round81.sh > $R/round81.txt 2>&1
+cat $R/round81.txt; el "round 81"
+run() { timeout 120 mpirun -np $NP --bind-to none -x NCCL_SOCKET_IFNAME=lo -x FERROCCL_NODE_STAGE_MAX "$@" 2>&1 | grep -E "^ +[0-9]" | awk -v lo=$LO -v hi=$HI '$1>=lo && $1<=hi {printf "%s %s/%s/w%s%s  ", $1, $6, $10, $9, $13}'; echo; }
+LO=8 HI=8192
+for NP in 16 8; do for rep in 1 2 3; do for v in before after; do for c in all_reduce reduce_scatter broadcast all_gather; do
+  B=.dev/bin/ferroccl-bench; [ $v = before ] && B=.dev/exp/fb-before
+  printf "%s np$NP %s rep$rep " $c $v; run $B $c -b 8 -e 128M -f 4 -n 100 -w 10 --tier 1M:20:5 --tier 64M:5:2 -c 1
+done; done; done; done > $R/small-ring.txt 2>&1
+el "small ring"
+LO=524288 HI=33554432 NP=8
+for rep in 1 2 3; do for sm in 1T 0; do
+  printf "all_gather np8 stage$sm rep$rep "; FERROCCL_NODE_STAGE_MAX=$sm run .dev/bin/ferroccl-bench all_gather -b 8 -e 128M -f 4 -n 100 -w 10 --tier 1M:20:5 --tier 64M:5:2 -c 1
+done; done > $R/ag8.txt 2>&1
+cat $R/ag8.txt; el "ag8"
+cd $OUT && tar czf r.tgz r && rm -rf r
