@@ -921,6 +921,8 @@ impl NodeOp {
             // SAFETY: rank r's send buffer (or ours, or rank r's slot) holds this round's input
             // from the round's start on (off + len <= round_len), and nobody writes this slice
             // of it before this rank does below.
+            // (Warmed after the combine of inputs 0 and 1 above, as measured; warming before it
+            // is untried.)
             unsafe {
                 warm_inputs(&inputs, me, off, len);
                 fold_inputs(&inputs, &reductions, first, off, acc, staged_all)?
@@ -1267,13 +1269,17 @@ unsafe fn warm_inputs(inputs: &[PeerBuf], me: usize, off: usize, len: usize) {
     if n < WARM_MIN_RANKS || (n - 1) * len > WARM_MAX_BYTES || n > crate::topo::usable_cores() {
         return;
     }
+    if len == 0 {
+        return;
+    }
     let mut sum = 0u8;
     for k in 1..n {
         if let PeerBuf::Direct(p) = inputs[(me + k) % n] {
-            for line in (off..off + len).step_by(64) {
+            // Every 64th byte, and the last: each line of the range at least once.
+            for at in (off..off + len).step_by(64).chain(std::iter::once(off + len - 1)) {
                 // SAFETY: inside the input (caller's contract); a volatile load so that the
                 // compiler keeps every one.
-                sum = sum.wrapping_add(unsafe { std::ptr::read_volatile(p.add(line)) });
+                sum = sum.wrapping_add(unsafe { std::ptr::read_volatile(p.add(at)) });
             }
         }
     }
@@ -1547,6 +1553,179 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Every one-shot collective at the sizes around the small ring slots' edges (tiny, small
+    /// ring, 4 KiB ring; granule boundaries), in and out of place, at 2-4 ranks, bit for bit: PreMulSum all-reduce and
+    /// reduce-scatter (scaled per granule), int8 all-reduce, all-gather, gather and broadcast
+    /// from every root.
+    #[test]
+    fn one_shot_collectives_are_exact_around_the_small_ring_slots() {
+        use crate::transport::node_area::{areas_for_threads_with, SLOT_BYTES, SMALL_RING_BYTES, TINY_BYTES};
+        use crate::types::{BuiltinOp, DataType};
+        for n in [2usize, 3, 4] {
+            on_rank_threads(areas_for_threads_with(n, SLOT_BYTES, false), move |me, mut area| {
+                let mut scratch = Vec::new();
+                let mut k = 0u64;
+                let run = |op: &mut NodeOp, area: &mut NodeArea, scratch: &mut Vec<u64>| {
+                    while !op.is_done() {
+                        op.progress(area, scratch).unwrap();
+                    }
+                };
+                // f32 PreMulSum: all-reduce and reduce-scatter; per-element bit exact.
+                let value = |r: usize, i: usize, k: u64| {
+                    ((i * 7 + k as usize * 13 + r * 5) % 101) as f32 * 0.37 + 1.0 / (r + 1) as f32
+                };
+                let scalar = |r: usize| 1.0f32 + 0.1 * r as f32;
+                // Around each class boundary and granule edge (whole f32s).
+                let f32_sizes = [4, 108, 112, 116, 124, 128, 132, 252, 256, 260, 380, 508, 512, 516, 1020, 1024];
+                for bytes in f32_sizes {
+                    let count = bytes / 4;
+                    for in_place in [false, true] {
+                        k += 1;
+                        let red = Reduction::pre_mul_sum(DataType::Float32, &scalar(me).to_ne_bytes()).unwrap();
+                        // all-reduce
+                        let input: Vec<f32> = (0..count).map(|i| value(me, i, k)).collect();
+                        let want: Vec<u32> = (0..count)
+                            .map(|i| {
+                                let t = |r: usize| value(r, i, k) * scalar(r);
+                                (1..n).fold(t(0), |a, r| a + t(r)).to_bits()
+                            })
+                            .collect();
+                        let mut out = if in_place { input.clone() } else { vec![f32::NAN; count] };
+                        let send = if in_place { out.as_ptr() } else { input.as_ptr() } as *const u8;
+                        let mut op = NodeOp::new(
+                            NodeColl::AllReduce(red),
+                            NodeAlgo::OneShot,
+                            send,
+                            out.as_mut_ptr().cast(),
+                            bytes,
+                            OpSig::NONE,
+                        );
+                        run(&mut op, &mut area, &mut scratch);
+                        let got: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
+                        assert!(got == want, "AR n {n} rank {me} bytes {bytes} in place {in_place}");
+                        // reduce-scatter (whole input n * bytes)
+                        if n * bytes <= 2 * SMALL_RING_BYTES {
+                            k += 1;
+                            let input: Vec<f32> = (0..n * count).map(|i| value(me, i, k)).collect();
+                            let want: Vec<u32> = (0..count)
+                                .map(|i| {
+                                    let t = |r: usize| value(r, me * count + i, k) * scalar(r);
+                                    (1..n).fold(t(0), |a, r| a + t(r)).to_bits()
+                                })
+                                .collect();
+                            let mut buf = input.clone();
+                            let mut out = vec![f32::NAN; count];
+                            let (send, recv) = if in_place {
+                                (buf.as_ptr() as *const u8, buf[me * count..].as_mut_ptr() as *mut u8)
+                            } else {
+                                (input.as_ptr() as *const u8, out.as_mut_ptr() as *mut u8)
+                            };
+                            let mut op = NodeOp::new(
+                                NodeColl::ReduceScatter(red),
+                                NodeAlgo::OneShot,
+                                send,
+                                recv,
+                                bytes,
+                                OpSig::NONE,
+                            );
+                            run(&mut op, &mut area, &mut scratch);
+                            let got = if in_place { &buf[me * count..(me + 1) * count] } else { &out[..] };
+                            let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                            assert!(got == want, "RS n {n} rank {me} bytes {bytes} in place {in_place}");
+                        }
+                    }
+                }
+                // Bytes: int8 sum all-reduce, all-gather, gather, broadcast at every length.
+                let bv = |r: usize, i: usize, k: u64| (i as u64 * 31 + r as u64 * 7 + k * 3) as u8;
+                let sum = Reduction::builtin(DataType::Int8, BuiltinOp::Sum, n);
+                let byte_sizes = (TINY_BYTES - 2..=TINY_BYTES + 2)
+                    .chain([127, 128, 129, 200, 255, 256, 257, 301, 383, 384, 385])
+                    .chain(SMALL_RING_BYTES - 2..=SMALL_RING_BYTES + 2);
+                for bytes in byte_sizes {
+                    for in_place in [false, true] {
+                        k += 1;
+                        let input: Vec<u8> = (0..bytes).map(|i| bv(me, i, k)).collect();
+                        let want: Vec<u8> =
+                            (0..bytes).map(|i| (0..n).fold(0u8, |a, r| a.wrapping_add(bv(r, i, k)))).collect();
+                        let mut out = if in_place { input.clone() } else { vec![0xAA; bytes] };
+                        let send = if in_place { out.as_ptr() } else { input.as_ptr() };
+                        let mut op = NodeOp::new(
+                            NodeColl::AllReduce(sum),
+                            NodeAlgo::OneShot,
+                            send,
+                            out.as_mut_ptr(),
+                            bytes,
+                            OpSig::NONE,
+                        );
+                        run(&mut op, &mut area, &mut scratch);
+                        assert!(out == want, "AR8 n {n} rank {me} bytes {bytes}");
+                        // all-gather
+                        k += 1;
+                        let input: Vec<u8> = (0..bytes).map(|i| bv(me, i, k)).collect();
+                        let want: Vec<u8> = (0..n).flat_map(|r| (0..bytes).map(move |i| bv(r, i, k))).collect();
+                        let mut out = vec![0xAA; n * bytes + 1];
+                        if in_place {
+                            out[me * bytes..(me + 1) * bytes].copy_from_slice(&input);
+                        }
+                        let send = if in_place { out[me * bytes..].as_ptr() } else { input.as_ptr() };
+                        let mut op = NodeOp::new(
+                            NodeColl::AllGather,
+                            NodeAlgo::OneShot,
+                            send,
+                            out.as_mut_ptr(),
+                            bytes,
+                            OpSig::NONE,
+                        );
+                        run(&mut op, &mut area, &mut scratch);
+                        assert!(
+                            out[..n * bytes] == want[..] && out[n * bytes] == 0xAA,
+                            "AG n {n} rank {me} bytes {bytes}"
+                        );
+                        for root in 0..n {
+                            // broadcast
+                            k += 1;
+                            let input: Vec<u8> = (0..bytes).map(|i| bv(me, i, k)).collect();
+                            let want: Vec<u8> = (0..bytes).map(|i| bv(root, i, k)).collect();
+                            let mut out = if in_place && me == root { input.clone() } else { vec![0xAA; bytes] };
+                            let send = if in_place || me != root { out.as_ptr() } else { input.as_ptr() };
+                            let mut op = NodeOp::new(
+                                NodeColl::Broadcast { root },
+                                NodeAlgo::OneShot,
+                                send,
+                                out.as_mut_ptr(),
+                                bytes,
+                                OpSig::NONE,
+                            );
+                            run(&mut op, &mut area, &mut scratch);
+                            assert!(out == want, "BC n {n} rank {me} root {root} bytes {bytes}");
+                            // gather
+                            k += 1;
+                            let input: Vec<u8> = (0..bytes).map(|i| bv(me, i, k)).collect();
+                            let mut out = vec![0xAA; if me == root { n * bytes } else { 0 }];
+                            if in_place && me == root {
+                                out[me * bytes..(me + 1) * bytes].copy_from_slice(&input);
+                            }
+                            let send = if in_place && me == root { out[me * bytes..].as_ptr() } else { input.as_ptr() };
+                            let mut op = NodeOp::new(
+                                NodeColl::Gather { root },
+                                NodeAlgo::OneShot,
+                                send,
+                                out.as_mut_ptr(),
+                                bytes,
+                                OpSig::NONE,
+                            );
+                            run(&mut op, &mut area, &mut scratch);
+                            if me == root {
+                                let want: Vec<u8> = (0..n).flat_map(|r| (0..bytes).map(move |i| bv(r, i, k))).collect();
+                                assert!(out == want, "GA n {n} rank {me} root {root} bytes {bytes}");
+                            }
+                        }
+                    }
+                }
+            });
         }
     }
 

@@ -419,9 +419,10 @@ impl NodeArea {
     }
 
     /// Maps in every page of the control blocks and ring slots now: small operations go round
-    /// [`TINY_DEPTH`] ring slots a page each, and a first touch of each costs this process a
-    /// page fault (measured: 128 B broadcasts at 2 ranks took 0.6-1.2 us instead of 0.2 over
-    /// the 100 calls of a benchmark size that first used them).
+    /// [`TINY_DEPTH`] ring slots (a page each; the small ones share eight pages per rank), and
+    /// a first touch of each costs this process a page fault (measured: 128 B broadcasts at 2
+    /// ranks took 0.6-1.2 us instead of 0.2 over the 100 calls of a benchmark size that first
+    /// used them).
     fn prefault_small_slots(&self) {
         for off in (0..data_offset(self.nranks)).step_by(4096) {
             // SAFETY: inside the mapping (data_offset < len), 8-aligned, only accessed
