@@ -9,6 +9,9 @@
 #     3 alternating launches.
 #  3. The 8-rank all-gather's slots (today's rule) against kernel copies at 512 KiB-32 MiB
 #     (round 92: 2 MiB 0.78x Open MPI through slots), 3 alternating launches, in a 128 MiB sweep.
+#  4. warm_inputs before the direct all-reduce's combine of inputs 0 and 1 (.dev/exp/fb-warmfirst,
+#     built from HEAD with warm_inputs moved above the combine in reduce_round) against HEAD,
+#     8 and 16 ranks, 8-128 KiB, 3 alternating launches.
 set -u
 T0=$(date +%s); R=$OUT/r; mkdir -p $R
 el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
@@ -28,4 +31,10 @@ for rep in 1 2 3; do for sm in 1T 0; do
   printf "all_gather np8 stage$sm rep$rep "; FERROCCL_NODE_STAGE_MAX=$sm run .dev/bin/ferroccl-bench all_gather -b 8 -e 128M -f 4 -n 100 -w 10 --tier 1M:20:5 --tier 64M:5:2 -c 1
 done; done > $R/ag8.txt 2>&1
 cat $R/ag8.txt; el "ag8"
+LO=8192 HI=131072
+for NP in 16 8; do for rep in 1 2 3; do for v in after warmfirst; do
+  B=.dev/bin/ferroccl-bench; [ $v = warmfirst ] && B=.dev/exp/fb-warmfirst
+  printf "all_reduce np$NP %s rep$rep " $v; run $B all_reduce -b 8K -e 128K -f 2 -n 200 -w 20 -c 1
+done; done; done > $R/warmfirst.txt 2>&1
+cat $R/warmfirst.txt; el "warm first"
 cd $OUT && tar czf r.tgz r && rm -rf r
