@@ -18,7 +18,7 @@
 #                  about a microsecond, so they get more iterations: 20 would time a 20 us window
 #                  that one scheduler tick on a shared 2-core host can double.
 #                  Both programs get the same schedule and sweep every size in one invocation,
-#                  in buffers of the largest size.
+#                  in buffers of the largest size, each size warmed up right before it is timed.
 #   --repeat R     run each pair of sweeps R times, alternating the programs, and report per size
 #                  the fastest of the R (lowest out-of-place time; in-place likewise). Default 1:
 #                  one nccl-tests-style mean per size. All repeats are kept in the JSON.
@@ -158,6 +158,8 @@ done
 # invocation, in buffers of the largest size: the same buffers for both. (Before, ferroccl-bench ran
 # once per tier, so sizes below the first tier ran in buffers of that tier's size, where Open MPI's
 # were of the largest: 4 KiB pages against huge ones, bench/results/buffer-size-16core-2026-12-05.md.)
+# --warmup-each: ferroccl-bench warms each size up right before timing it, as ompi_bench does
+# (nccl-tests' single warm-up pass before the sweep left the first sizes timed cold).
 ftiers=()
 for k in "${!tier_b[@]}"; do ftiers+=(--tier "${tier_b[k]}:${tier_n[k]}:${tier_w[k]}"); done
 
@@ -319,11 +321,11 @@ for n in "${nps[@]}"; do
             wait_for_idle "$tag"
             # One sweep, logged as segment 0 (the report reads runs cut in segments too).
             run_logged "ferroccl-$tag-seg0" "${launch[@]}" -np "$n" "$fbench" "$coll" \
-                -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" "${ftiers[@]}" \
+                -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" "${ftiers[@]}" --warmup-each \
                 -c "$check" "${fextra[@]}" -J "$logs/ferroccl-$tag-seg0.json"
             if [ "$both_allocs" = 1 ]; then
                 run_logged "ferroccl_mem-$tag-seg0" "${launch[@]}" -np "$n" "$fbench" "$coll" \
-                    -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" "${ftiers[@]}" \
+                    -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" "${ftiers[@]}" --warmup-each \
                     -c "$check" --alloc nccl -J "$logs/ferroccl_mem-$tag-seg0.json"
             fi
             run_logged "ompi-$tag" "${launch[@]}" -np "$n" "$obench" -C "$coll" \

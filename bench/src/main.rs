@@ -117,6 +117,11 @@ struct Args {
     /// buffers, can then cover 8 B to 128 MiB, as ompi_bench's flag of the same name does.
     #[arg(long = "tier", value_name = "S:N:W", value_parser = parse_tier)]
     tier: Vec<Tier>,
+    /// Warm each size up right before timing it (its -w or --tier warm-up calls, in the timed
+    /// placement), as ompi_bench does, instead of nccl-tests' one pass over all sizes before the
+    /// sweep (where the first sizes timed find what the largest ones evicted).
+    #[arg(long = "warmup-each")]
+    warmup_each: bool,
     /// Repeat the size sweep this many times (0: forever).
     #[arg(short = 'N', long = "run_cycles", default_value_t = 1)]
     run_cycles: u32,
@@ -263,6 +268,8 @@ struct Plan {
     warmup: u32,
     /// --tier: other iteration counts from a size on ([`schedule`]).
     tiers: Vec<Tier>,
+    /// --warmup-each: warm-up calls right before each size's timed loop.
+    warmup_each: bool,
     cycles: u32,
     check: u32,
     combine: Combine,
@@ -525,6 +532,7 @@ fn build_plan(args: &Args, nranks: usize) -> Result<Plan, String> {
         agg: args.agg_iters,
         warmup: args.warmup_iters,
         tiers: args.tier.clone(),
+        warmup_each: args.warmup_each,
         cycles: args.run_cycles,
         check: args.check,
         combine: Combine::from_average(args.average),
@@ -564,6 +572,9 @@ fn run(args: &Args, world: &World, multi_process: bool) -> Result<i32, String> {
         );
         for t in &plan.tiers {
             println!("# sizes >= {}: warmup iters: {} iters: {}", t.from, t.warmup, t.iters);
+        }
+        if plan.warmup_each {
+            println!("# warm-up: each size right before it is timed");
         }
         if init == InitMode::Threads {
             println!("# Parallel Init Enabled: threads call into NcclInitRank concurrently ");
@@ -731,6 +742,7 @@ fn run(args: &Args, world: &World, multi_process: bool) -> Result<i32, String> {
                         ("maximum_bytes", Json::from(plan.maxbytes as i64)),
                         (if plan.stepfactor > 1 { "step_factor" } else { "step_bytes" }, Json::from(step.0 as i64)),
                         ("warmup_iters", Json::from(plan.warmup as i64)),
+                        ("warmup_each", Json::Bool(plan.warmup_each)),
                         ("iterations", Json::from(plan.iters as i64)),
                         (
                             "tiers",
@@ -1020,7 +1032,7 @@ impl Rank<'_> {
         root: i64,
         counts: &Counts,
         in_place: bool,
-        iters: u32,
+        (iters, warmup): (u32, u32),
     ) -> Measure {
         let plan = self.plan;
         let root_u = root.max(0) as usize;
@@ -1028,7 +1040,10 @@ impl Rank<'_> {
         // Finite, well-formed inputs for the timed calls too.
         let chk = Check::new(plan.coll, dt, op_for_data, root_u, self.nranks, self.seed);
         self.init_data(&chk, counts, in_place, false);
-        self.start_coll(dt, op, root, counts, in_place);
+        // nccl-tests makes one call here; --warmup-each the size's warm-up calls.
+        for _ in 0..if plan.warmup_each { warmup.max(1) } else { 1 } {
+            self.start_coll(dt, op, root, counts, in_place);
+        }
         self.world.barrier(self.thread);
 
         let mut iteration_us = Vec::with_capacity(if plan.record_latency { iters as usize } else { 0 });
@@ -1104,7 +1119,7 @@ impl Rank<'_> {
         while size <= plan.maxbytes {
             let counts = plan.coll.counts(size / elt, elt, self.nranks);
             let (_, warmup) = schedule(&plan.tiers, plan.iters, plan.warmup, size);
-            for _ in 0..warmup {
+            for _ in 0..if plan.warmup_each { 0 } else { warmup } {
                 self.start_coll(dt, op, root, &counts, false);
             }
             if size == 0 {
@@ -1122,13 +1137,13 @@ impl Rank<'_> {
                     print!("{:>12}  {:>12}  {:>8}  {:>6}  {:>6}", bytes, counts.param, dt.name(), opname, root);
                     let _ = std::io::stdout().flush();
                 }
-                let (iters, _) = schedule(&plan.tiers, plan.iters, plan.warmup, size);
-                let oop = self.bench_time(dt, op, root, &counts, false, iters);
+                let sched = schedule(&plan.tiers, plan.iters, plan.warmup, size);
+                let oop = self.bench_time(dt, op, root, &counts, false, sched);
                 if self.main {
                     print!("{}", oop.cell());
                     let _ = std::io::stdout().flush();
                 }
-                let ip = self.bench_time(dt, op, root, &counts, true, iters);
+                let ip = self.bench_time(dt, op, root, &counts, true, sched);
                 if self.main {
                     println!("{}", ip.cell());
                     self.out.rows.push(json::obj(vec![
