@@ -18,7 +18,7 @@
 #                  about a microsecond, so they get more iterations: 20 would time a 20 us window
 #                  that one scheduler tick on a shared 2-core host can double.
 #                  Both programs get the same schedule and sweep every size in one invocation,
-#                  in buffers of the largest size, each size warmed up right before it is timed.
+#                  in buffers of the largest size.
 #   --repeat R     run each pair of sweeps R times, alternating the programs, and report per size
 #                  the fastest of the R (lowest out-of-place time; in-place likewise). Default 1:
 #                  one nccl-tests-style mean per size. All repeats are kept in the JSON.
@@ -158,8 +158,10 @@ done
 # invocation, in buffers of the largest size: the same buffers for both. (Before, ferroccl-bench ran
 # once per tier, so sizes below the first tier ran in buffers of that tier's size, where Open MPI's
 # were of the largest: 4 KiB pages against huge ones, bench/results/buffer-size-16core-2026-12-05.md.)
-# --warmup-each: ferroccl-bench warms each size up right before timing it, as ompi_bench does
-# (nccl-tests' single warm-up pass before the sweep left the first sizes timed cold).
+# ferroccl-bench keeps nccl-tests' warm-up (one pass over all sizes before the sweep), ompi_bench
+# warms each size right before timing it. ferroccl-bench --warmup-each would match ompi_bench, but
+# then a 2-rank 128 KiB all-reduce's timed loop holds the one-time huge-page collapse of its
+# buffer's regions (115-144 us a call against 12 in place; same results file): not passed.
 ftiers=()
 for k in "${!tier_b[@]}"; do ftiers+=(--tier "${tier_b[k]}:${tier_n[k]}:${tier_w[k]}"); done
 
@@ -321,11 +323,11 @@ for n in "${nps[@]}"; do
             wait_for_idle "$tag"
             # One sweep, logged as segment 0 (the report reads runs cut in segments too).
             run_logged "ferroccl-$tag-seg0" "${launch[@]}" -np "$n" "$fbench" "$coll" \
-                -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" "${ftiers[@]}" --warmup-each \
+                -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" "${ftiers[@]}" \
                 -c "$check" "${fextra[@]}" -J "$logs/ferroccl-$tag-seg0.json"
             if [ "$both_allocs" = 1 ]; then
                 run_logged "ferroccl_mem-$tag-seg0" "${launch[@]}" -np "$n" "$fbench" "$coll" \
-                    -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" "${ftiers[@]}" --warmup-each \
+                    -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" "${ftiers[@]}" \
                     -c "$check" --alloc nccl -J "$logs/ferroccl_mem-$tag-seg0.json"
             fi
             run_logged "ompi-$tag" "${launch[@]}" -np "$n" "$obench" -C "$coll" \
