@@ -226,6 +226,13 @@ fn schedule(tiers: &[Tier], iters: u32, warmup: u32, size: usize) -> (u32, u32) 
     tiers.iter().filter(|t| t.from <= size).max_by_key(|t| t.from).map_or((iters, warmup), |t| (t.iters, t.warmup))
 }
 
+impl Plan {
+    /// This run's (timed, warm-up) iterations for `size` ([`schedule`]).
+    fn schedule(&self, size: usize) -> (u32, u32) {
+        schedule(&self.tiers, self.iters, self.warmup, size)
+    }
+}
+
 /// nccl-tests' `parsesize`: a number with an optional K, M or G (powers of 1024).
 fn parse_size(s: &str) -> Result<usize, String> {
     let t = s.trim();
@@ -1118,7 +1125,7 @@ impl Rank<'_> {
         let mut size = plan.minbytes;
         while size <= plan.maxbytes {
             let counts = plan.coll.counts(size / elt, elt, self.nranks);
-            let (_, warmup) = schedule(&plan.tiers, plan.iters, plan.warmup, size);
+            let (_, warmup) = plan.schedule(size);
             for _ in 0..if plan.warmup_each { 0 } else { warmup } {
                 self.start_coll(dt, op, root, &counts, false);
             }
@@ -1137,7 +1144,7 @@ impl Rank<'_> {
                     print!("{:>12}  {:>12}  {:>8}  {:>6}  {:>6}", bytes, counts.param, dt.name(), opname, root);
                     let _ = std::io::stdout().flush();
                 }
-                let sched = schedule(&plan.tiers, plan.iters, plan.warmup, size);
+                let sched = plan.schedule(size);
                 let oop = self.bench_time(dt, op, root, &counts, false, sched);
                 if self.main {
                     print!("{}", oop.cell());
