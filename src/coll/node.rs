@@ -904,6 +904,12 @@ impl NodeOp {
             } else {
                 &mut acc_all[..len]
             };
+            // Peers' lines first, then the fold: warmed before the combine of inputs 0 and 1
+            // rather than after it, 8 ranks on the 16-core host took (us, min of 3 alternating
+            // launches, after / before) 16 KiB 12.3 / 10.9, 32 KiB 22.6 / 17.8, 64 KiB
+            // 36.7 / 28.6, 128 KiB 65.4 / 53.4; 16 ranks even (bench/results/buffer-size-16core/r93).
+            // SAFETY: as for fold_inputs below.
+            unsafe { warm_inputs(&inputs, me, off, len) };
             // The first two inputs combine in one pass when both are in reach and the
             // first has no scalar: acc = in0 (op) pre1(in1), the same operands in the
             // same order as folding them one by one, without first copying in0.
@@ -921,12 +927,7 @@ impl NodeOp {
             // SAFETY: rank r's send buffer (or ours, or rank r's slot) holds this round's input
             // from the round's start on (off + len <= round_len), and nobody writes this slice
             // of it before this rank does below.
-            // (Warmed after the combine of inputs 0 and 1 above, as measured; warming before it
-            // is untried.)
-            unsafe {
-                warm_inputs(&inputs, me, off, len);
-                fold_inputs(&inputs, &reductions, first, off, acc, staged_all)?
-            };
+            unsafe { fold_inputs(&inputs, &reductions, first, off, acc, staged_all)? };
             red.finalize(acc)?;
             // Write the result into every rank's output, starting with the next rank so
             // that not every rank writes to rank 0 first.
@@ -1525,8 +1526,9 @@ mod tests {
     /// comes back whole; neighbouring slots' bytes stay as they were.
     #[test]
     fn small_ring_slots_interleave_without_overlap() {
+        use crate::transport::node_area::SMALL_RING_RANK_BYTES;
         let depth = TINY_DEPTH as usize;
-        let mut region = vec![0u8; depth * SMALL_RING_BYTES];
+        let mut region = vec![0u8; SMALL_RING_RANK_BYTES];
         let base = region.as_mut_ptr();
         for k in [0, 1, depth / 2, depth - 1] {
             for (at, len) in [(0, 1), (0, SMALL_RING_BYTES), (5, 200), (127, 2), (256, 256), (384, 1)] {

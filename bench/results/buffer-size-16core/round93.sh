@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Round 93 (16-core host of the device machine), READY for the next session. Needs in .dev: the
+# Round 93 (16-core host of the device machine; run 2026-12-05 evening session). Needs in .dev: the
 # build at HEAD (bin/ferroccl-bench, prefix/, it) and exp/fb-before = ferroccl-bench built at
 # d23f369 (before the small ring slots): `git worktree add /tmp/wt d23f369 && cd /tmp/wt &&
 # cargo build --release -p ferroccl-bench`, then copy and strip it.
@@ -37,4 +37,20 @@ for NP in 16 8; do for rep in 1 2 3; do for v in after warmfirst; do
   printf "all_reduce np$NP %s rep$rep " $v; run $B all_reduce -b 8K -e 128K -f 2 -n 200 -w 20 -c 1
 done; done; done > $R/warmfirst.txt 2>&1
 cat $R/warmfirst.txt; el "warm first"
+# 5. Issue 14: the staged path (device buffers over loopback sockets, 2 ranks sharing the GPU)
+#    with the kernel's TCP counters around each run: is every stall a retransmission?
+PFX=$PWD/.dev/prefix; BUILD=/tmp/b; MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi; GEN="-gencode=arch=compute_90,code=sm_90"
+mkdir -p $BUILD
+if [ $(( $(date +%s) - T0 )) -lt 470 ]; then
+  nvcc -O2 $GEN -I$PFX/include bench/gpu/staged_bw.cu -I$MPI_HOME/include -L$MPI_HOME/lib -L$PFX/lib -lnccl -lmpi -o $BUILD/staged_bw > $R/staged_build.txt 2>&1
+  snap() { awk '/^TcpExt:/ {if (!h) {split($0, k); h=1} else {for (i=2;i<=NF;i++) print k[i], $i}}' /proc/net/netstat; awk '/^Tcp:/ {if (!h) {split($0, k); h=1} else {for (i=2;i<=NF;i++) print "Tcp" k[i], $i}}' /proc/net/snmp; }
+  for pass in 1 2 3; do
+    snap | sort > $BUILD/n0
+    timeout 60 mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH=$PFX/lib -x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 -x NCCL_SOCKET_IFNAME=lo $BUILD/staged_bw 2 16 > $R/staged-$pass.txt 2>&1
+    rc=$?; snap | sort > $BUILD/n1
+    echo "== staged pass $pass rc=$rc $(join $BUILD/n0 $BUILD/n1 | awk '$1 ~ /OFOQueue|RetransSegs|TCPTimeouts|TCPLossProbes|TCPFastRetrans|TCPSACKReorder|TCPDSACKRecv|TCPSpuriousRTOs/ {printf "%s +%d ", $1, $3-$2}')" | tee -a $R/staged-tcp.txt
+    grep -E "^ +[0-9]" $R/staged-$pass.txt
+  done
+  el "staged"
+fi
 cd $OUT && tar czf r.tgz r && rm -rf r
