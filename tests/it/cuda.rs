@@ -1086,7 +1086,14 @@ fn abort_releases_device_send(rank: usize, comm: ncclComm_t) {
     std::thread::sleep(std::time::Duration::from_millis(300));
     // SAFETY: the stream is live.
     let pending = unsafe { sys::cuStreamQuery(raw) };
-    assert_eq!(pending, sys::CUresult::CUDA_ERROR_NOT_READY, "rank {rank}: the held send or receive finished");
+    if pending != sys::CUresult::CUDA_ERROR_NOT_READY {
+        // What the library knew, for the report.
+        let mut async_err = ncclResult_t::ncclSuccess;
+        check(ncclCommGetAsyncError(comm, &mut async_err), "ncclCommGetAsyncError");
+        // SAFETY: ncclGetLastError returns a NUL-terminated string that stays valid.
+        let last = unsafe { std::ffi::CStr::from_ptr(ncclGetLastError(comm)) }.to_string_lossy().into_owned();
+        panic!("rank {rank}: the held send or receive finished ({pending:?}); async error {async_err:?}, last error {last:?}");
+    }
     let released = abort_and_release(comm, stream, flag.as_ref());
     assert!(released < std::time::Duration::from_secs(1), "rank {rank}: stream released after {released:?}");
     println!("rank {rank}: stream released {released:?} after ncclCommAbort");
