@@ -77,12 +77,11 @@ pub const RING_GRANULE: usize = 128;
 /// Bytes from one granule of a small ring slot to its next: a row of the [`TINY_DEPTH`] slots'
 /// granules and one granule more, so that a slot's granules lie at different offsets within
 /// their pages (one granule further each), and so do different ranks' slots (each rank's
-/// region is [`SMALL_RING_RANK_BYTES`], 512 B more than eight pages). With rows of exactly
-/// [`TINY_DEPTH`] granules, every granule of slot k of every rank sat at the same offset in
-/// its page, so that a rank reading all peers' slot k loaded them into the same two sets of
-/// its first-level cache: 16 ranks' all-gather of 512 B blocks took 2.84-3.26 us a call
-/// against 1.82-2.25 with slots of a page each (16-core host, three launches,
-/// bench/results/buffer-size-16core/r93).
+/// region is [`SMALL_RING_RANK_BYTES`], 512 B more than eight pages), instead of all in the
+/// same two sets of a core's first-level cache. Measured on the 16-core host it changed
+/// nothing (16 ranks' all-gather of 512 B blocks 2.13 us against 2.08 with rows of exactly
+/// [`TINY_DEPTH`] granules; bench/results/cache-sets-16core-2026-12-05.md); kept as it costs
+/// nothing.
 pub const RING_STRIDE: usize = (TINY_DEPTH as usize + 1) * RING_GRANULE;
 /// How much further on each rank's data slots start than whole slots would put them: the
 /// same offset in every rank's slot (a reduce-scatter's block, an all-reduce's slice) then
