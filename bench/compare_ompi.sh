@@ -7,7 +7,7 @@
 #   bench/compare_ompi.sh [-np N ...] [--sizes 8:256M] [--factor 2|4] [--out bench/results/NAME]
 #                         [-n 100] [-w 10] [--tier S:N:W ...] [--repeat 1] [--check 1] [--timeout 900]
 #                         [--wait-idle PCT] [--wait-max S]
-#                         [--ferroccl-bench PATH] [--no-build] [--keep-logs]
+#                         [--ferroccl-bench PATH] [--no-build] [--keep-logs] [--nccl-tests-warmup]
 #
 #   -np N          rank counts, repeatable or comma-separated (default: 2 and 4)
 #   --sizes A:B    size range, K/M/G suffixes are powers of 1024 (default 8:256M)
@@ -19,6 +19,10 @@
 #                  that one scheduler tick on a shared 2-core host can double.
 #                  Both programs get the same schedule and sweep every size in one invocation,
 #                  in buffers of the largest size.
+#   --nccl-tests-warmup  warm up as nccl-tests does (ferroccl-bench: one pass over all sizes before
+#                  the sweep, after which the first sizes timed are cold; ompi_bench: each size
+#                  right before it is timed). Default: both programs do both (ferroccl-bench
+#                  --warmup-each, ompi_bench --warmup-pass), so that both warm up alike.
 #   --repeat R     run each pair of sweeps R times, alternating the programs, and report per size
 #                  the fastest of the R (lowest out-of-place time; in-place likewise). Default 1:
 #                  one nccl-tests-style mean per size. All repeats are kept in the JSON.
@@ -90,6 +94,7 @@ fextra=(--alloc system)
 both_allocs=0
 build=1
 keep_logs=0
+warm_alike=1
 report_from=""
 
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
@@ -112,6 +117,7 @@ while [ $# -gt 0 ]; do
         --ferroccl-bench) [ $# -ge 2 ] || die "--ferroccl-bench needs a path"; fbench=$2; build=0; shift 2 ;;
         --no-build) build=0; shift ;;
         --keep-logs) keep_logs=1; shift ;;
+        --nccl-tests-warmup) warm_alike=0; shift ;;
         --report-from) [ $# -ge 2 ] || die "--report-from needs a directory"; report_from=$2; shift 2 ;;
         --host-alloc) fextra=(--alloc system); shift ;;
         --mem-alloc) fextra=(--alloc nccl); shift ;;
@@ -158,10 +164,14 @@ done
 # invocation, in buffers of the largest size: the same buffers for both. (Before, ferroccl-bench ran
 # once per tier, so sizes below the first tier ran in buffers of that tier's size, where Open MPI's
 # were of the largest: 4 KiB pages against huge ones, bench/results/buffer-size-16core-2026-12-05.md.)
-# ferroccl-bench keeps nccl-tests' warm-up (one pass over all sizes before the sweep), ompi_bench
-# warms each size right before timing it. ferroccl-bench --warmup-each would match ompi_bench, but
-# then a 2-rank 128 KiB all-reduce's timed loop holds the one-time huge-page collapse of its
-# buffer's regions (115-144 us a call against 12 in place; same results file): not passed.
+# Warm-up: ferroccl-bench by default follows nccl-tests (one pass over all sizes before the sweep,
+# after which the first sizes timed find caches and slots cold), ompi_bench warms each size right
+# before timing it. Unless --nccl-tests-warmup, both do both (ferroccl-bench --warmup-each, which
+# keeps the pass, and ompi_bench --warmup-pass). Per-size warm-up without the pass put one-time
+# huge-page collapses into ferroccl's timed loops (a 2-rank 128 KiB all-reduce 115-144 us a call
+# against 12 in place, bench/results/buffer-size-16core-2026-12-05.md); the pass takes them first.
+fwarm=(); owarm=()
+if [ "$warm_alike" = 1 ]; then fwarm=(--warmup-each); owarm=(--warmup-pass); fi
 ftiers=()
 for k in "${!tier_b[@]}"; do ftiers+=(--tier "${tier_b[k]}:${tier_n[k]}:${tier_w[k]}"); done
 
@@ -323,15 +333,15 @@ for n in "${nps[@]}"; do
             wait_for_idle "$tag"
             # One sweep, logged as segment 0 (the report reads runs cut in segments too).
             run_logged "ferroccl-$tag-seg0" "${launch[@]}" -np "$n" "$fbench" "$coll" \
-                -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" "${ftiers[@]}" \
+                -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" "${ftiers[@]}" "${fwarm[@]}" \
                 -c "$check" "${fextra[@]}" -J "$logs/ferroccl-$tag-seg0.json"
             if [ "$both_allocs" = 1 ]; then
                 run_logged "ferroccl_mem-$tag-seg0" "${launch[@]}" -np "$n" "$fbench" "$coll" \
-                    -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" "${ftiers[@]}" \
+                    -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" "${ftiers[@]}" "${fwarm[@]}" \
                     -c "$check" --alloc nccl -J "$logs/ferroccl_mem-$tag-seg0.json"
             fi
             run_logged "ompi-$tag" "${launch[@]}" -np "$n" "$obench" -C "$coll" \
-                -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" "${ompi_tiers[@]}" \
+                -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" "${ompi_tiers[@]}" "${owarm[@]}" \
                 -c "$check" -J "$logs/ompi-$tag.json"
         done
     done
@@ -546,6 +556,10 @@ if cfg:
     P(f"- Iterations (both, timed + warm-up per size): {cfg.get('iters')} + {cfg.get('warmup_iters')}{tiers}; "
       f"{cfg.get('check')} checked call(s) per size, outside the timed loop; time = mean over ranks "
       "(nccl-tests -a 1)")
+    P("- Warm-up (both): " + ("a pass over all sizes, then each size right before it is timed "
+      "(ferroccl-bench --warmup-each, ompi_bench --warmup-pass)" if cfg.get("warmup_pass") else
+      "as nccl-tests for ferroccl-bench (one pass before the sweep), each size right before it is "
+      "timed for ompi_bench (--nccl-tests-warmup)"))
 rep = int(meta.get("repeat") or 1)
 P(f"- Order: per rank count and collective, ferroccl-bench's sweep then ompi_bench's; "
   + (f"{rep} repeats alternating the two, each cell the fastest of the {rep} (all in the JSON)"

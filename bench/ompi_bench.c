@@ -30,7 +30,10 @@
  *    on a small host while the smallest get enough calls to time (the comparison script gives
  *    ferroccl-bench the same schedule);
  *  - warm-up calls run right before each size's timed loop (nccl-tests warms every size up
- *    front); either way the timed loop never includes the first call at a size.
+ *    front); either way the timed loop never includes the first call at a size. --warmup-pass
+ *    adds nccl-tests' pass as well (every size's warm-up calls, out of place, over doubling
+ *    sizes, before the sweep), as ferroccl-bench --warmup-each does: then both programs warm
+ *    up alike.
  *  - -c N checks N calls per size (fresh inputs; exact small-integer sums) after timing.
  */
 #define _GNU_SOURCE
@@ -60,7 +63,7 @@ struct row {
 static int rank, nranks;
 static int opt_average = 1, opt_check = 1, opt_root = 0;
 static size_t opt_min = 8, opt_max = 256u << 20, opt_factor = 2;
-static int opt_iters = 20, opt_warmup = 5;
+static int opt_iters = 20, opt_warmup = 5, opt_warmup_pass = 0;
 /* Iteration tiers: sizes >= tier_from[k] use tier_iters[k] / tier_warmup[k] (the largest
  * matching tier wins); smaller sizes use -n / -w. */
 #define MAX_TIERS 8
@@ -81,6 +84,7 @@ static void usage(void) {
                 "  -n/-w timed / warm-up iterations per size (default 20 / 5)\n"
                 "  --tier S:N:W sizes >= S use N timed and W warm-up iterations; repeatable, the largest\n"
                 "               matching S wins (default 64M:5:2; --big is the same flag)\n"
+                "  --warmup-pass also warm every size up before the sweep (nccl-tests' pass)\n"
                 "  -a   time over ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 1)\n"
                 "  -c   checked calls per size (default 1; 0 = none)\n"
                 "  -r   broadcast root (default 0)\n"
@@ -157,6 +161,9 @@ static void parse_args(int argc, char **argv) {
             if (tier_iters[ntiers] < 1 || tier_warmup[ntiers] < 0) die("bad --tier iterations");
             ntiers++;
             tiers_given = 1;
+        } else if (!strcmp(a, "--warmup-pass")) {
+            opt_warmup_pass = 1;
+            continue;
         } else if (!strcmp(a, "-a") || !strcmp(a, "--average")) {
             NEED();
             opt_average = atoi(v);
@@ -411,6 +418,7 @@ int main(int argc, char **argv) {
                opt_min, opt_max, opt_factor, opt_warmup, opt_iters, opt_check, opt_average);
         for (int k = 0; k < ntiers; k++)
             printf("# sizes >= %zu: warmup iters: %d iters: %d\n", tier_from[k], tier_warmup[k], tier_iters[k]);
+        printf("# warm-up: each size right before it is timed%s\n", opt_warmup_pass ? ", after a pass over all sizes" : "");
     }
     char pline[512];
     snprintf(pline, sizeof pline, "#  Rank %2d Pid %6d on %10s [host memory]\n", rank, (int)getpid(), host);
@@ -437,6 +445,16 @@ int main(int argc, char **argv) {
             printf("#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong\n");
             printf("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)\n");
             fflush(stdout);
+        }
+        if (opt_warmup_pass) {
+            for (size_t size = opt_min; size <= opt_max; size *= 2) {
+                size_t param, s, r, bytes;
+                counts((enum coll)c, size, &param, &s, &r, &bytes);
+                int iters, warmup;
+                schedule(size, &iters, &warmup);
+                for (int i = 0; i < warmup; i++) call((enum coll)c, param, 0);
+                if (size == 0) break;
+            }
         }
         double bwsum = 0;
         int bwn = 0;
@@ -494,8 +512,9 @@ int main(int argc, char **argv) {
             json_string(f, host);
             fprintf(f, ",\n  \"date\": \"%s\",\n  \"nranks\": %d,\n", date, nranks);
             fprintf(f, "  \"config\": {\"minbytes\": %zu, \"maxbytes\": %zu, \"stepfactor\": %zu, \"iters\": %d, "
-                       "\"warmup_iters\": %d, \"check\": %d, \"average\": %d, \"root\": %d, \"tiers\": [",
-                    opt_min, opt_max, opt_factor, opt_iters, opt_warmup, opt_check, opt_average, opt_root);
+                       "\"warmup_iters\": %d, \"warmup_pass\": %s, \"check\": %d, \"average\": %d, \"root\": %d, \"tiers\": [",
+                    opt_min, opt_max, opt_factor, opt_iters, opt_warmup, opt_warmup_pass ? "true" : "false", opt_check,
+                    opt_average, opt_root);
             for (int k = 0; k < ntiers; k++)
                 fprintf(f, "%s{\"from\": %zu, \"iters\": %d, \"warmup_iters\": %d}", k ? ", " : "", tier_from[k],
                         tier_iters[k], tier_warmup[k]);

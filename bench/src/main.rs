@@ -117,9 +117,10 @@ struct Args {
     /// buffers, can then cover 8 B to 128 MiB, as ompi_bench's flag of the same name does.
     #[arg(long = "tier", value_name = "S:N:W", value_parser = parse_tier)]
     tier: Vec<Tier>,
-    /// Warm each size up right before timing it (its -w or --tier warm-up calls, in the timed
-    /// placement), as ompi_bench does, instead of nccl-tests' one pass over all sizes before the
-    /// sweep (where the first sizes timed find what the largest ones evicted).
+    /// Also warm each size up right before timing it (its -w or --tier warm-up calls, in the
+    /// timed placement), as ompi_bench does, after nccl-tests' one pass over all sizes (where
+    /// the first sizes timed would find what the largest ones evicted). The pass stays, so that
+    /// one-time costs of a buffer (huge-page collapse, first touch) fall before the sweep.
     #[arg(long = "warmup-each")]
     warmup_each: bool,
     /// Repeat the size sweep this many times (0: forever).
@@ -275,7 +276,7 @@ struct Plan {
     warmup: u32,
     /// --tier: other iteration counts from a size on ([`schedule`]).
     tiers: Vec<Tier>,
-    /// --warmup-each: warm-up calls right before each size's timed loop.
+    /// --warmup-each: warm-up calls right before each size's timed loop too.
     warmup_each: bool,
     cycles: u32,
     check: u32,
@@ -581,7 +582,7 @@ fn run(args: &Args, world: &World, multi_process: bool) -> Result<i32, String> {
             println!("# sizes >= {}: warmup iters: {} iters: {}", t.from, t.warmup, t.iters);
         }
         if plan.warmup_each {
-            println!("# warm-up: each size right before it is timed");
+            println!("# warm-up: each size right before it is timed, after a pass over all sizes");
         }
         if init == InitMode::Threads {
             println!("# Parallel Init Enabled: threads call into NcclInitRank concurrently ");
@@ -1126,7 +1127,7 @@ impl Rank<'_> {
         while size <= plan.maxbytes {
             let counts = plan.coll.counts(size / elt, elt, self.nranks);
             let (_, warmup) = plan.schedule(size);
-            for _ in 0..if plan.warmup_each { 0 } else { warmup } {
+            for _ in 0..warmup {
                 self.start_coll(dt, op, root, &counts, false);
             }
             if size == 0 {
