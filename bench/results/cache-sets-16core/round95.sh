@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Round 95 (16-core host of the device machine, 2026-12-05 evening), build d35352b (data slot
-# skew). Carry .dev.
+# Round 95 (16-core host of the device machine, 2026-12-05 evening), build 05e08d2 (library as d35352b: data slot
+# skew; compare_ompi.sh warming both programs alike). Carry .dev.
 #  1. GPU tests; gpu_processes_abort_device_send 12 more times with P2P tracing (round 94: 4 of
 #     12 failed: rank 0's held send finished while rank 1's stream was held); the test now
 #     reports the async and last errors when that happens.
