@@ -907,7 +907,7 @@ impl NodeOp {
             // Peers' lines first, then the fold: warmed before the combine of inputs 0 and 1
             // rather than after it, 8 ranks on the 16-core host took (us, min of 3 alternating
             // launches, after / before) 16 KiB 12.3 / 10.9, 32 KiB 22.6 / 17.8, 64 KiB
-            // 36.7 / 28.6, 128 KiB 65.4 / 53.4; 16 ranks even (bench/results/buffer-size-16core/r93).
+            // 36.7 / 28.6, 128 KiB 65.4 / 53.4; 16 ranks even (bench/results/cache-sets-16core/r93).
             // SAFETY: as for fold_inputs below.
             unsafe { warm_inputs(&inputs, me, off, len) };
             // The first two inputs combine in one pass when both are in reach and the
