@@ -831,6 +831,33 @@ fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
 mod tests {
     use super::*;
 
+    /// Every rank's two data slots lie inside the area, after the small ring slots, apart from
+    /// each other and from every other rank's; and the same offset in different ranks' slots
+    /// falls at different places within the 128 KiB that a core's second-level cache sets span
+    /// (the point of DATA_SLOT_SKEW).
+    #[test]
+    fn data_slots_are_disjoint_and_skewed_per_rank() {
+        for n in [2, 3, 16] {
+            let area = areas_for_threads(n).swap_remove(0);
+            let base = area.base as usize;
+            let bytes = area.slot_bytes();
+            let mut spans: Vec<(usize, usize)> = Vec::new();
+            for r in 0..n {
+                for parity in 0..2 {
+                    let at = area.slot(r, parity) as usize - base;
+                    assert!(at >= data_offset(n) && at + bytes <= area.len, "n {n} rank {r} slot {parity}");
+                    spans.push((at, at + bytes));
+                }
+            }
+            spans.sort_unstable();
+            assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0), "n {n}: data slots overlap");
+            let mut offsets: Vec<usize> = (0..n).map(|r| (area.slot(r, 0) as usize - base) % (128 << 10)).collect();
+            offsets.sort_unstable();
+            offsets.dedup();
+            assert_eq!(offsets.len(), n, "n {n}: ranks' slots at the same offset in the cache's span");
+        }
+    }
+
     /// A call's small ring slot, read from every rank at once, spreads over the cache: each
     /// granule of 16 ranks' slot k (for every k) at its own offset within its page, modulo
     /// the 4 KiB that a first-level cache's sets span, at most two granules per offset.
