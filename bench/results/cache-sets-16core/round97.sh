@@ -23,7 +23,21 @@ echo "abort_device_send: $fails of 20 failed"; el "abort loop"
 wait
 LD_LIBRARY_PATH=$PFX/lib timeout 120 mpirun -np 2 --bind-to none -x NCCL_TESTS_DEVICE=0 -x LD_LIBRARY_PATH $BUILD/f/all_reduce_perf -b 8 -e 64M -f 8 -G 5 -c 1 > $R/nccl-tests-G5.txt 2>&1
 echo "nccl-tests -G 5 rc=$? $(grep -E 'wrong|Avg bus' $R/nccl-tests-G5.txt | tr '\n' ' ')"; el "nccl-tests"
+# 4. The staged path emulated on the CPU (no GPU): run_progressive with a thread landing the
+#    input pieces at GBPS and one copying released output pieces back, against the host call, 2
+#    rank threads over sockets (scratch example staged_emul, built at b565738).
+[ -x .dev/exp/staged_emul ] && for g in 25 1000; do PIECE=262144 GBPS=$g NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 timeout 60 .dev/exp/staged_emul 10 > $R/emul-$g.txt 2>&1; echo "emul GBPS=$g rc=$?"; cat $R/emul-$g.txt; done; el "emul"
 B=$PWD/.dev/bin/ferroccl-bench
+# 5. 16-rank reduce-scatter 32-512 KiB (128 KiB was 0.94x Open MPI in round 95): slots (default
+#    up to 128 KiB) against kernel copies from 128 KiB (FERROCCL_NODE_STAGE_MAX=65536), and Open
+#    MPI, 3 alternating launches, malloc'd buffers, 200 calls per size.
+MR="mpirun -np 16 --bind-to none -x NCCL_SOCKET_IFNAME=lo"
+mpicc -O2 -o /tmp/ompi_bench bench/ompi_bench.c 2>/dev/null
+for i in 1 2 3; do
+  $MR $B reduce_scatter -b 32K -e 512K -f 2 -n 200 -w 20 2>&1 | grep -E "^ +[0-9]+ " | awk -v i=$i '{printf "slots%s %s %s | ", i, $1, $6} END {print ""}'
+  $MR -x FERROCCL_NODE_STAGE_MAX=65536 $B reduce_scatter -b 32K -e 512K -f 2 -n 200 -w 20 2>&1 | grep -E "^ +[0-9]+ " | awk -v i=$i '{printf "kcopy%s %s %s | ", i, $1, $6} END {print ""}'
+  $MR /tmp/ompi_bench -C reduce_scatter -b 32K -e 512K -f 2 -n 200 -w 20 2>&1 | grep -E "^ +[0-9]+ " | awk -v i=$i '{printf "ompi%s %s %s | ", i, $1, $6} END {print ""}'
+done 2>&1 | tee $R/rs16.txt; el "rs16"
 for NP in ${NPS:-8 2}; do
   left=$(( ${LIMIT:-540} - ($(date +%s) - T0) )); [ $left -lt 90 ] && break
   TMPDIR=$R/tmp timeout $left bench/compare_ompi.sh -np $NP --sizes 8:128M --factor 4 --repeat 2 --both-allocs --no-build --keep-logs --ferroccl-bench $B --timeout 120 --out $R/np$NP > $R/np$NP.txt 2>&1; echo "compare np$NP rc=$?"
