@@ -25,8 +25,8 @@ LD_LIBRARY_PATH=$PFX/lib timeout 120 mpirun -np 2 --bind-to none -x NCCL_TESTS_D
 echo "nccl-tests -G 5 rc=$? $(grep -E 'wrong|Avg bus' $R/nccl-tests-G5.txt | tr '\n' ' ')"; el "nccl-tests"
 # 4. The staged path emulated on the CPU (no GPU): run_progressive with a thread landing the
 #    input pieces at GBPS and one copying released output pieces back, against the host call, 2
-#    rank threads over sockets (scratch example staged_emul, built at b565738).
-[ -x .dev/exp/staged_emul ] && for g in 25 1000; do PIECE=262144 GBPS=$g NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 timeout 60 .dev/exp/staged_emul 10 > $R/emul-$g.txt 2>&1; echo "emul GBPS=$g rc=$?"; cat $R/emul-$g.txt; done; el "emul"
+#    rank threads over sockets (examples/staged_emul.rs; GBPS=0: no copies).
+[ -x .dev/exp/staged_emul ] && for g in 25 0; do PIECE=262144 GBPS=$g NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 timeout 60 .dev/exp/staged_emul 10 > $R/emul-$g.txt 2>&1; echo "emul GBPS=$g rc=$?"; cat $R/emul-$g.txt; done; el "emul"
 B=$PWD/.dev/bin/ferroccl-bench
 # 5. 16-rank reduce-scatter 32-512 KiB (128 KiB was 0.94x Open MPI in round 95): slots (default
 #    up to 128 KiB) against kernel copies from 128 KiB (FERROCCL_NODE_STAGE_MAX=65536), and Open
