@@ -464,17 +464,7 @@ fn node_algorithm(comm: &Comm, req: &OpRequest, bytes: usize, tuning: &algo::Tun
         // Small broadcasts: the root posts into a slot and returns, the others copy it out.
         CollOp::Broadcast { .. } => {
             let oversubscribed = comm.nranks > crate::topo::usable_cores();
-            let one_shot_max = tuning
-                .node_one_shot_max
-                .unwrap_or_else(|| node::broadcast_one_shot_max(comm.nranks, oversubscribed))
-                .min(node::ONE_SHOT_INPUT_MAX);
-            if bytes <= one_shot_max {
-                Some(node::NodeAlgo::OneShot)
-            } else if bytes >= node::BROADCAST_DIRECT_MIN {
-                Some(node::NodeAlgo::Direct)
-            } else {
-                None
-            }
+            node::NodeAlgo::for_broadcast(bytes, comm.nranks, oversubscribed, tuning.node_one_shot_max)
         }
         // Each rank reads its block of every input once: one round, where a ring takes n - 1.
         // Small ones one-shot (each rank posts its whole input, as all-reduce does), when

@@ -77,6 +77,21 @@ pub const ONE_SHOT_INPUT_MAX: usize = SMALL_BYTES;
 /// Broadcasts of at least this many bytes go through the node area (every rank copies the
 /// root's buffer); smaller ones take the tree, whose single hop per rank is as fast.
 pub const BROADCAST_DIRECT_MIN: usize = 32 << 10;
+/// [`BROADCAST_DIRECT_MIN`] when ranks outnumber cores: there the receivers' copies of the
+/// root's buffer queue for the cores, while the tree's hops overlap. Measured on the 2-core VM,
+/// 4 ranks, malloc'd buffers, six alternating launches of 1000 calls (us, tree against the node
+/// area, Open MPI 4.1 in brackets): 32 KiB 4.3-6.8 against 7.5-9.4 (7.4-9.0), in every launch;
+/// 64 KiB 10.2-11.0 or 20.7-22.1 (half the launches) against 10.8-13.0 (10.6-15.9).
+pub const BROADCAST_DIRECT_MIN_OVERSUBSCRIBED: usize = 64 << 10;
+
+/// Smallest broadcast (bytes) that goes through the node area rather than the tree.
+pub fn broadcast_direct_min(oversubscribed: bool) -> usize {
+    if oversubscribed {
+        BROADCAST_DIRECT_MIN_OVERSUBSCRIBED
+    } else {
+        BROADCAST_DIRECT_MIN
+    }
+}
 /// [`NodeOp::with_stage_max`] for "through the slots at every size".
 pub const STAGE_MAX: usize = usize::MAX;
 
@@ -202,6 +217,25 @@ impl NodeAlgo {
             0 => None,
             b if b <= limit => Some(NodeAlgo::OneShot),
             _ => Some(NodeAlgo::Direct),
+        }
+    }
+
+    /// The algorithm for a broadcast of `bytes`, if the node area takes it (otherwise the
+    /// tree does); `one_shot_max` as for [`NodeAlgo::for_size`].
+    pub fn for_broadcast(
+        bytes: usize,
+        nranks: usize,
+        oversubscribed: bool,
+        one_shot_max: Option<usize>,
+    ) -> Option<NodeAlgo> {
+        let one_shot_max =
+            one_shot_max.unwrap_or_else(|| broadcast_one_shot_max(nranks, oversubscribed)).min(ONE_SHOT_INPUT_MAX);
+        if bytes <= one_shot_max {
+            Some(NodeAlgo::OneShot)
+        } else if bytes >= broadcast_direct_min(oversubscribed) {
+            Some(NodeAlgo::Direct)
+        } else {
+            None
         }
     }
 
@@ -2212,7 +2246,7 @@ mod tests {
             };
             // Sizes the tree would take (between one-shot and pull) become one-shot ones.
             let count = sizes[k % 9];
-            let count = if count > bcast_max && count * 8 < BROADCAST_DIRECT_MIN { bcast_max } else { count };
+            let count = if count > bcast_max && count * 8 < broadcast_direct_min(false) { bcast_max } else { count };
             let root = if stretch % 2 == 0 { Some(stretch / 2 % n) } else { (k % 7 != 3).then_some((k / 2) % n) };
             calls.push((count, root, k % 5 == 1));
         }
@@ -2308,5 +2342,17 @@ mod tests {
         assert_eq!(NodeAlgo::for_size(8, 2, false, Some(0)), Some(NodeAlgo::Direct));
         assert_eq!(NodeAlgo::for_size(SMALL_BYTES, 2, false, Some(1 << 30)), Some(NodeAlgo::OneShot));
         assert_eq!(NodeAlgo::for_size(SMALL_BYTES + 1, 2, false, Some(1 << 30)), Some(NodeAlgo::Direct));
+        // Broadcasts: one-shot, then the tree, then the node area from 32 KiB, or from 64 KiB
+        // when ranks share cores (their copies of the root's buffer queue for the cores).
+        assert_eq!(NodeAlgo::for_broadcast(8, 4, true, None), Some(NodeAlgo::OneShot));
+        assert_eq!(NodeAlgo::for_broadcast(16 << 10, 4, true, None), None);
+        assert_eq!(NodeAlgo::for_broadcast(32 << 10, 4, true, None), None);
+        assert_eq!(NodeAlgo::for_broadcast((64 << 10) - 4, 4, true, None), None);
+        assert_eq!(NodeAlgo::for_broadcast(64 << 10, 4, true, None), Some(NodeAlgo::Direct));
+        assert_eq!(NodeAlgo::for_broadcast(16 << 10, 8, false, None), None);
+        assert_eq!(NodeAlgo::for_broadcast(32 << 10, 8, false, None), Some(NodeAlgo::Direct));
+        assert_eq!(NodeAlgo::for_broadcast(SMALL_BYTES, 2, false, None), Some(NodeAlgo::OneShot));
+        assert_eq!(NodeAlgo::for_broadcast(32 << 10, 2, false, None), Some(NodeAlgo::Direct));
+        assert_eq!(NodeAlgo::for_broadcast(32 << 10, 2, false, Some(1 << 30)), Some(NodeAlgo::Direct));
     }
 }
