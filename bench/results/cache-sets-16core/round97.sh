@@ -38,6 +38,15 @@ for i in 1 2 3; do
   $MR -x FERROCCL_NODE_STAGE_MAX=65536 $B reduce_scatter -b 32K -e 512K -f 2 -n 200 -w 20 2>&1 | grep -E "^ +[0-9]+ " | awk -v i=$i '{printf "kcopy%s %s %s | ", i, $1, $6} END {print ""}'
   $MR /tmp/ompi_bench -C reduce_scatter -b 32K -e 512K -f 2 -n 200 -w 20 2>&1 | grep -E "^ +[0-9]+ " | awk -v i=$i '{printf "ompi%s %s %s | ", i, $1, $6} END {print ""}'
 done 2>&1 | tee $R/rs16.txt; el "rs16"
+# 6. 8-rank all-gather 256 KiB-32 MiB: slots (today's rule, FERROCCL_NODE_STAGE_MAX=1T) against
+#    kernel copies (0), 5 alternating launches (round 93: kernel copies faster at 512 KiB-2 MiB
+#    in 3 of 3, mixed above; round 92: 2 MiB 0.78x Open MPI through slots).
+M8="mpirun -np 8 --bind-to none -x NCCL_SOCKET_IFNAME=lo"
+for i in 1 2 3 4 5; do
+  for st in 1T 0; do
+    $M8 -x FERROCCL_NODE_STAGE_MAX=$st $B all_gather -b 256K -e 32M -f 4 -n 20 -w 5 2>&1 | grep -E "^ +[0-9]+ " | awk -v t=$st$i '{printf "stage%s %s %s | ", t, $1, $6} END {print ""}'
+  done
+done 2>&1 | tee $R/ag8.txt; el "ag8"
 for NP in ${NPS:-8 2}; do
   left=$(( ${LIMIT:-540} - ($(date +%s) - T0) )); [ $left -lt 90 ] && break
   TMPDIR=$R/tmp timeout $left bench/compare_ompi.sh -np $NP --sizes 8:128M --factor 4 --repeat 2 --both-allocs --no-build --keep-logs --ferroccl-bench $B --timeout 120 --out $R/np$NP > $R/np$NP.txt 2>&1; echo "compare np$NP rc=$?"
