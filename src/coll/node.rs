@@ -944,23 +944,11 @@ impl NodeOp {
             // 36.7 / 28.6, 128 KiB 65.4 / 53.4; 16 ranks even (bench/results/cache-sets-16core/r93).
             // SAFETY: as for fold_inputs below.
             unsafe { warm_inputs(&inputs, me, off, len) };
-            // The first two inputs combine in one pass when both are in reach and the
-            // first has no scalar: acc = in0 (op) pre1(in1), the same operands in the
-            // same order as folding them one by one, without first copying in0.
-            let mut first = 0;
-            if let (Some(&PeerBuf::Direct(p0)), Some(&PeerBuf::Direct(p1))) = (inputs.first(), inputs.get(1)) {
-                if !reductions[0].has_pre() {
-                    // SAFETY: as for every input below.
-                    let (a, b) = unsafe {
-                        (std::slice::from_raw_parts(p0.add(off), len), std::slice::from_raw_parts(p1.add(off), len))
-                    };
-                    reductions[1].combine(acc, a, b)?;
-                    first = 2;
-                }
-            }
             // SAFETY: rank r's send buffer (or ours, or rank r's slot) holds this round's input
             // from the round's start on (off + len <= round_len), and nobody writes this slice
             // of it before this rank does below.
+            let first = unsafe { start_fold(&inputs, &reductions, off, acc, staged_all)? };
+            // SAFETY: as for start_fold.
             unsafe { fold_inputs(&inputs, &reductions, first, off, acc, staged_all)? };
             red.finalize(acc)?;
             // Write the result into every rank's output, starting with the next rank so
@@ -1040,12 +1028,13 @@ impl NodeOp {
                         // our block and is not rewritten until every rank marks Left.
                         unsafe {
                             warm_inputs(&inputs, me, k * PIECE, piece.len());
-                            fold_inputs(&inputs, &reductions, 0, k * PIECE, piece, &mut [])?
+                            let first = start_fold(&inputs, &reductions, k * PIECE, piece, &mut [])?;
+                            fold_inputs(&inputs, &reductions, first, k * PIECE, piece, &mut [])?
                         };
                         red.finalize(piece)?;
                     }
                 } else {
-                    self.fold_via_scratch(&inputs, &reductions, scratch, len, remote, red)?;
+                    self.fold_via_scratch(&inputs, &reductions, scratch, len, remote, in_place, red)?;
                 }
                 area.mark(Counter::Left, self.seq);
                 if self.next_round(area, len) {
@@ -1057,8 +1046,10 @@ impl NodeOp {
         }
     }
 
-    /// A reduce-scatter round's `len` bytes of our block, folded piece by piece in scratch
-    /// (inputs in other processes read through it too) and copied to the receive buffer.
+    /// A reduce-scatter round's `len` bytes of our block, folded piece by piece (inputs in
+    /// other processes read through scratch): in place in scratch and then copied to the
+    /// receive buffer (our own input block, still to be read), otherwise straight into it.
+    #[allow(clippy::too_many_arguments)]
     fn fold_via_scratch(
         &self,
         inputs: &[PeerBuf],
@@ -1066,6 +1057,7 @@ impl NodeOp {
         scratch: &mut Vec<u64>,
         len: usize,
         remote: bool,
+        in_place: bool,
         red: Reduction,
     ) -> Result<()> {
         let words = PIECE.min(len).div_ceil(8);
@@ -1075,15 +1067,27 @@ impl NodeOp {
         let mut off = 0;
         while off < len {
             let step = PIECE.min(len - off);
-            let acc = &mut acc_all[..step];
+            let acc: &mut [u8] = if in_place {
+                &mut acc_all[..step]
+            } else {
+                // SAFETY: our receive buffer holds `bytes` >= self.off + off + step bytes and
+                // is ours alone; out of place no input lies in it (peers' buffers and slots
+                // are other memory, and layout() copies any other overlapping input).
+                unsafe { std::slice::from_raw_parts_mut(self.recv.add(self.off + off), step) }
+            };
             // SAFETY: rank r's input (buffer or slot) holds this round's piece of our block
             // (off + step <= len) and is not rewritten until every rank marks Left.
-            unsafe { fold_inputs(inputs, reductions, 0, off, acc, staged_all)? };
+            unsafe {
+                let first = start_fold(inputs, reductions, off, acc, staged_all)?;
+                fold_inputs(inputs, reductions, first, off, acc, staged_all)?
+            };
             red.finalize(acc)?;
-            // SAFETY: our receive buffer holds `bytes` >= self.off + off + step bytes; in place
-            // it is our own input block, which only this rank reads, and it already did (for
-            // this piece) above.
-            unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), self.recv.add(self.off + off), step) };
+            if in_place {
+                // SAFETY: our receive buffer holds `bytes` >= self.off + off + step bytes; in
+                // place it is our own input block, which only this rank reads, and it already
+                // did (for this piece) above.
+                unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), self.recv.add(self.off + off), step) };
+            }
             off += step;
         }
         Ok(())
@@ -1319,6 +1323,49 @@ unsafe fn warm_inputs(inputs: &[PeerBuf], me: usize, off: usize, len: usize) {
         }
     }
     std::hint::black_box(sum);
+}
+
+/// Starts a fold without first copying input 0 into `acc` when it has no scalar: input 0
+/// and 1 combine in one pass (`acc = in0 (op) pre1(in1)`, the same operands in the same order
+/// as folding them one by one) when input 0 is in reach, the second through `staging` if a
+/// kernel copy brings it; an input 0 that a kernel copy brings lands straight in `acc`.
+/// Returns the first input [`fold_inputs`] still has to fold. With 2 ranks and malloc'd
+/// buffers, the plain copy this saves was a quarter of a 2 MiB all-reduce's time (perf, 2-core
+/// VM: `__memmove` 23%, the kernel copies 28%, the fold 14%).
+///
+/// # Safety
+/// As [`fold_inputs`].
+unsafe fn start_fold(
+    inputs: &[PeerBuf],
+    reductions: &[Reduction],
+    off: usize,
+    acc: &mut [u8],
+    staging: &mut [u8],
+) -> Result<usize> {
+    let len = acc.len();
+    if inputs.len() < 2 || reductions[0].has_pre() {
+        return Ok(0);
+    }
+    match (inputs[0], inputs[1]) {
+        (PeerBuf::Direct(p0), second) => {
+            // SAFETY: the caller's contract, for inputs 0 and 1.
+            let a = unsafe { std::slice::from_raw_parts(p0.add(off), len) };
+            let b: &[u8] = match second {
+                // SAFETY: as above.
+                PeerBuf::Direct(p1) => unsafe { std::slice::from_raw_parts(p1.add(off), len) },
+                PeerBuf::Remote { pid, addr } => {
+                    peer_mem::read_remote(pid, addr + off as u64, &mut staging[..len])?;
+                    &staging[..len]
+                }
+            };
+            reductions[1].combine(acc, a, b)?;
+            Ok(2)
+        }
+        (PeerBuf::Remote { pid, addr }, _) => {
+            peer_mem::read_remote(pid, addr + off as u64, acc)?;
+            Ok(1)
+        }
+    }
 }
 
 /// Folds `acc.len()` bytes at `off` of every input from `first` on into `acc`, in rank order

@@ -32,9 +32,14 @@ pub fn unhex(s: &str) -> ncclUniqueId {
 }
 
 fn spawn(rank: usize, scenario: &str, id: &ncclUniqueId, extra_env: &[(&str, &str)]) -> Child {
+    spawn_of(rank, 2, scenario, id, extra_env)
+}
+
+/// [`spawn`] for one of `nranks` processes.
+fn spawn_of(rank: usize, nranks: usize, scenario: &str, id: &ncclUniqueId, extra_env: &[(&str, &str)]) -> Child {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", "processes::child_rank", "--nocapture", "--test-threads=1"])
-        .env(ROLE, format!("{rank},2,{scenario},{}", hex(id)))
+        .env(ROLE, format!("{rank},{nranks},{scenario},{}", hex(id)))
         .env("NCCL_DEBUG", "INFO")
         .env("NCCL_DEBUG_SUBSYS", "P2P,SHM")
         .env("FERROCCL_BOOTSTRAP_TIMEOUT", "20")
@@ -59,13 +64,14 @@ fn child_rank() {
     let send = vec![rank as f32 + 1.0; count];
     let mut recv = vec![0f32; count];
     check(all_reduce_f32(&send, &mut recv, comm), "allreduce");
-    assert!(recv.iter().all(|&v| v == 3.0));
+    let sum = (nranks * (nranks + 1) / 2) as f32;
+    assert!(recv.iter().all(|&v| v == sum));
     println!("CHILD {rank} first allreduce OK");
     if scenario == "plain" {
         plain_extras(rank, comm);
     }
     if scenario == "ordinary" {
-        ordinary_buffers(rank, comm);
+        ordinary_buffers(rank, nranks as usize, comm);
     }
     if scenario == "bcast" {
         large_broadcasts(rank, comm);
@@ -76,7 +82,7 @@ fn child_rank() {
     }
     if scenario == "shareheap" {
         shared_heap_buffers(rank, comm);
-        ordinary_buffers(rank, comm);
+        ordinary_buffers(rank, nranks as usize, comm);
     }
     if scenario == "victim" && rank == 1 {
         println!("CHILD 1 waiting to be killed");
@@ -175,8 +181,9 @@ fn plain_extras(rank: usize, comm: ncclComm_t) {
 /// environment chooses; one-shot, one round and many rounds; in and out of place; rank 1's
 /// all-reduce buffers from ncclMemAlloc at one size, so that staged and mapped ranks mix.
 /// Integer sums, so every result is exact.
-fn ordinary_buffers(rank: usize, comm: ncclComm_t) {
-    const N: usize = 2;
+fn ordinary_buffers(rank: usize, nranks: usize, comm: ncclComm_t) {
+    #[allow(non_snake_case)]
+    let N = nranks;
     const INT32: ncclDataType_t = ncclDataType_t(2);
     const SUM: ncclRedOp_t = ncclRedOp_t(0);
     let s: *mut c_void = std::ptr::null_mut();
@@ -374,13 +381,17 @@ fn ordinary_buffers_across_processes() {
         &[("FERROCCL_NODE_SLOT_SIZE", "16K"), ("FERROCCL_NODE_STAGE_MAX", "1T")],
         &[("FERROCCL_NODE_STAGE_MAX", "0")],
     ];
-    for env in modes {
+    // Three processes by kernel copies too: the third rank reads both of the first two
+    // inputs of every fold from other processes (`node::start_fold`).
+    let runs = modes.iter().map(|env| (2, *env)).chain([(3, modes[2])]);
+    for (n, env) in runs {
         let id = unique_id();
-        let children: Vec<Child> = (0..2).map(|r| spawn(r, "ordinary", &id, env)).collect();
+        let children: Vec<Child> = (0..n).map(|r| spawn_of(r, n, "ordinary", &id, env)).collect();
         for (r, child) in children.into_iter().enumerate() {
             let text = wait_output(child);
-            assert!(text.contains(&format!("CHILD {r} ordinary buffers OK")), "{env:?}:\n{text}");
-            assert!(text.contains("Node area: 2 ranks"), "the node area must be in use ({env:?}):\n{text}");
+            assert!(text.contains(&format!("CHILD {r} ordinary buffers OK")), "{n} ranks, {env:?}:\n{text}");
+            let area = format!("Node area: {n} ranks");
+            assert!(text.contains(&area), "the node area must be in use ({n} ranks, {env:?}):\n{text}");
             assert!(!text.contains("of malloc'd memory at"), "heap sharing is off by default ({env:?}):\n{text}");
         }
     }
