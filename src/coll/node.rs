@@ -1061,8 +1061,10 @@ impl NodeOp {
         red: Reduction,
     ) -> Result<()> {
         let words = PIECE.min(len).div_ceil(8);
-        scratch.resize(words * (1 + usize::from(remote)), 0);
-        let (acc_words, in_words) = scratch.split_at_mut(words);
+        // An accumulator only in place, staging only for kernel copies.
+        let acc_words = if in_place { words } else { 0 };
+        scratch.resize(acc_words + if remote { words } else { 0 }, 0);
+        let (acc_words, in_words) = scratch.split_at_mut(acc_words);
         let (acc_all, staged_all) = (as_bytes_mut(acc_words), as_bytes_mut(in_words));
         let mut off = 0;
         while off < len {
@@ -1860,27 +1862,38 @@ mod tests {
         let n = 3;
         let value =
             |r: usize, i: usize, k: usize| ((i * 7 + k * 13 + r * 5) % 101) as f32 * 0.37 + 1.0 / (r + 1) as f32;
-        let scalar = |r: usize| 1.0f32 + 0.1 * r as f32;
+        // Which ranks scale their input (PreMulSum): all, none, or all but rank 0 (whose input
+        // then starts the fold in one pass with rank 1's, `start_fold`).
+        let scaled = |variant: usize, r: usize| match variant {
+            0 => true,
+            1 => false,
+            _ => r != 0,
+        };
+        let scalar = move |variant: usize, r: usize| if scaled(variant, r) { 1.0f32 + 0.1 * r as f32 } else { 1.0 };
         for as_processes in [false, true] {
             on_rank_threads(areas_for_threads_with(n, SLOT_BYTES, as_processes), move |me, mut area| {
                 let mut scratch = Vec::new();
                 let mut k = 0;
                 // 10, 21, 42: inputs of 120-504 B through the small ring slots; 43: 516 B, a ring slot.
                 for count in [1usize, 3, 10, 12, 21, 42, 43, 100, 1000, 70_000, 300_000] {
-                    for algo in [NodeAlgo::OneShot, NodeAlgo::Direct] {
+                    for (variant, algo) in (0..3).flat_map(|v| [(v, NodeAlgo::OneShot), (v, NodeAlgo::Direct)]) {
                         if algo == NodeAlgo::OneShot && n * count * 4 > ONE_SHOT_INPUT_MAX {
                             continue;
                         }
+                        let red = if scaled(variant, me) {
+                            Reduction::pre_mul_sum(DataType::Float32, &scalar(variant, me).to_ne_bytes()).unwrap()
+                        } else {
+                            Reduction::builtin(DataType::Float32, crate::types::BuiltinOp::Sum, n)
+                        };
                         for in_place in [false, true] {
                             k += 1;
                             let input: Vec<f32> = (0..n * count).map(|i| value(me, i, k)).collect();
                             let want: Vec<u32> = (0..count)
                                 .map(|i| {
-                                    let term = |r: usize| value(r, me * count + i, k) * scalar(r);
+                                    let term = |r: usize| value(r, me * count + i, k) * scalar(variant, r);
                                     (1..n).fold(term(0), |acc, r| acc + term(r)).to_bits()
                                 })
                                 .collect();
-                            let red = Reduction::pre_mul_sum(DataType::Float32, &scalar(me).to_ne_bytes()).unwrap();
                             let mut buf = input.clone();
                             let mut out = vec![f32::NAN; count];
                             let (send, recv) = if in_place {
@@ -1897,7 +1910,39 @@ mod tests {
                             let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
                             assert!(
                                 got == want,
-                                "rank {me}, {count} elements, {algo:?}, in place {in_place}, processes {as_processes}"
+                                "reduce-scatter: rank {me}, {count} elements, {algo:?}, scaled {variant}, in place \
+                                 {in_place}, processes {as_processes}"
+                            );
+                            // The direct all-reduce folds the same way (`reduce_round`).
+                            if algo != NodeAlgo::Direct {
+                                continue;
+                            }
+                            k += 1;
+                            let mut buf: Vec<f32> = (0..count).map(|i| value(me, i, k)).collect();
+                            let input = buf.clone();
+                            let want: Vec<u32> = (0..count)
+                                .map(|i| {
+                                    let term = |r: usize| value(r, i, k) * scalar(variant, r);
+                                    (1..n).fold(term(0), |acc, r| acc + term(r)).to_bits()
+                                })
+                                .collect();
+                            let mut out = vec![f32::NAN; count];
+                            let (send, recv) = if in_place {
+                                (buf.as_ptr() as *const u8, buf.as_mut_ptr() as *mut u8)
+                            } else {
+                                (input.as_ptr() as *const u8, out.as_mut_ptr() as *mut u8)
+                            };
+                            let mut op =
+                                NodeOp::new(NodeColl::AllReduce(red), algo, send, recv, count * 4, OpSig::NONE);
+                            while !op.is_done() {
+                                op.progress(&mut area, &mut scratch).unwrap();
+                            }
+                            let got = if in_place { &buf[..] } else { &out[..] };
+                            let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                            assert!(
+                                got == want,
+                                "all-reduce: rank {me}, {count} elements, scaled {variant}, in place {in_place}, \
+                                 processes {as_processes}"
                             );
                         }
                     }
