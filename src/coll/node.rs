@@ -1851,13 +1851,23 @@ mod tests {
         }
     }
 
+    /// The same stream with the buffers reached by kernel copies (process_vm_readv/writev, as
+    /// between processes with malloc'd buffers): every rank at every size, then rank 1
+    /// staging up to 4 KiB and rank 2 at every size while rank 0's buffers are read remotely.
+    #[test]
+    fn mixed_stream_by_kernel_copies_is_exact() {
+        use crate::transport::node_area::{areas_for_threads_by_kernel_copies, SLOT_BYTES, SMALL_BYTES};
+        mixed_stream(areas_for_threads_by_kernel_copies(3, SLOT_BYTES), |_| 0);
+        mixed_stream(areas_for_threads_by_kernel_copies(3, SMALL_BYTES), |r| [0, 4096, STAGE_MAX][r]);
+    }
+
     /// Reduce-scatters out of place and in place, one-shot and direct, through slots and not,
     /// with each rank's own PreMulSum scalar on f32 inputs: every rank's block has exactly
     /// the bits of the inputs folded in rank order (a rank's own block, which skips its
     /// slot out of place, included).
     #[test]
     fn reduce_scatter_folds_in_rank_order_in_and_out_of_place() {
-        use crate::transport::node_area::{areas_for_threads_with, SLOT_BYTES};
+        use crate::transport::node_area::{areas_for_threads_by_kernel_copies, areas_for_threads_with, SLOT_BYTES};
         use crate::types::DataType;
         let n = 3;
         let value =
@@ -1870,8 +1880,24 @@ mod tests {
             _ => r != 0,
         };
         let scalar = move |variant: usize, r: usize| if scaled(variant, r) { 1.0f32 + 0.1 * r as f32 } else { 1.0 };
-        for as_processes in [false, true] {
-            on_rank_threads(areas_for_threads_with(n, SLOT_BYTES, as_processes), move |me, mut area| {
+        // Ranks as threads (buffers in reach), as processes through slots, as processes by
+        // kernel copies (every input read and every output written remotely, the fold's
+        // kernel-copy branches), and mixed: rank 1 through its slot, ranks 0 and 2 by kernel
+        // copies, then rank 0 through its slot and the others by kernel copies.
+        let modes: [(&str, fn(usize) -> usize); 5] = [
+            ("threads", |_| STAGE_MAX),
+            ("slots", |_| STAGE_MAX),
+            ("kernel copies", |_| 0),
+            ("slot for rank 1", |r| if r == 1 { STAGE_MAX } else { 0 }),
+            ("slot for rank 0", |r| if r == 0 { STAGE_MAX } else { 0 }),
+        ];
+        for (mode, (mode_name, stage_max)) in modes.into_iter().enumerate() {
+            let areas = match mode {
+                0 => areas_for_threads_with(n, SLOT_BYTES, false),
+                1 => areas_for_threads_with(n, SLOT_BYTES, true),
+                _ => areas_for_threads_by_kernel_copies(n, SLOT_BYTES),
+            };
+            on_rank_threads(areas, move |me, mut area| {
                 let mut scratch = Vec::new();
                 let mut k = 0;
                 // 10, 21, 42: inputs of 120-504 B through the small ring slots; 43: 516 B, a ring slot.
@@ -1902,7 +1928,8 @@ mod tests {
                                 (input.as_ptr() as *const u8, out.as_mut_ptr() as *mut u8)
                             };
                             let coll = NodeColl::ReduceScatter(red);
-                            let mut op = NodeOp::new(coll, algo, send, recv, count * 4, OpSig::NONE);
+                            let mut op = NodeOp::new(coll, algo, send, recv, count * 4, OpSig::NONE)
+                                .with_stage_max(stage_max(me));
                             while !op.is_done() {
                                 op.progress(&mut area, &mut scratch).unwrap();
                             }
@@ -1911,7 +1938,7 @@ mod tests {
                             assert!(
                                 got == want,
                                 "reduce-scatter: rank {me}, {count} elements, {algo:?}, scaled {variant}, in place \
-                                 {in_place}, processes {as_processes}"
+                                 {in_place}, {mode_name}"
                             );
                             // The direct all-reduce folds the same way (`reduce_round`).
                             if algo != NodeAlgo::Direct {
@@ -1933,7 +1960,8 @@ mod tests {
                                 (input.as_ptr() as *const u8, out.as_mut_ptr() as *mut u8)
                             };
                             let mut op =
-                                NodeOp::new(NodeColl::AllReduce(red), algo, send, recv, count * 4, OpSig::NONE);
+                                NodeOp::new(NodeColl::AllReduce(red), algo, send, recv, count * 4, OpSig::NONE)
+                                    .with_stage_max(stage_max(me));
                             while !op.is_done() {
                                 op.progress(&mut area, &mut scratch).unwrap();
                             }
@@ -1942,7 +1970,7 @@ mod tests {
                             assert!(
                                 got == want,
                                 "all-reduce: rank {me}, {count} elements, scaled {variant}, in place {in_place}, \
-                                 processes {as_processes}"
+                                 {mode_name}"
                             );
                         }
                     }

@@ -309,6 +309,21 @@ pub(crate) fn areas_for_threads_with(nranks: usize, slot_bytes: usize, as_proces
         .collect()
 }
 
+/// As [`areas_for_threads_with`] with `as_processes`, and each rank watching the others
+/// through a pidfd of this process: buffers that do not go through a slot are then
+/// reached as [`PeerBuf::Remote`], by kernel copies (process_vm_readv/writev on this
+/// process), as ranks in separate processes reach each other's malloc'd memory.
+#[cfg(test)]
+pub(crate) fn areas_for_threads_by_kernel_copies(nranks: usize, slot_bytes: usize) -> Vec<NodeArea> {
+    let mut areas = areas_for_threads_with(nranks, slot_bytes, true);
+    for area in &mut areas {
+        for r in (0..nranks).filter(|&r| r != area.rank) {
+            area.pidfds[r] = Some(pidfd_open(std::process::id()).expect("pidfd_open"));
+        }
+    }
+    areas
+}
+
 fn area_bytes(nranks: usize, slot_bytes: usize) -> usize {
     data_offset(nranks) + nranks * (2 * slot_bytes + DATA_SLOT_SKEW)
 }
