@@ -25,8 +25,8 @@
 use super::reduce::{Pre, Reduction};
 use crate::error::{Error, Result};
 use crate::transport::node_area::{
-    BufDesc, Counter, NodeArea, PeerBuf, RING_BYTES, RING_GRANULE, RING_STRIDE, SMALL_BYTES, SMALL_RING_BYTES,
-    TINY_BYTES, TINY_DEPTH,
+    BufDesc, Counter, NodeArea, PeerBuf, RING_BYTES, RING_DEPTH, RING_GRANULE, RING_STRIDE, SMALL_BYTES,
+    SMALL_RING_BYTES, TINY_BYTES, TINY_DEPTH,
 };
 use crate::transport::{huge_pages, peer_mem, share_heap};
 use crate::wire::OpSig;
@@ -56,9 +56,9 @@ pub fn one_shot_max(nranks: usize, oversubscribed: bool) -> usize {
 }
 /// Largest broadcast (bytes) that goes one-shot at `nranks` ranks: the root copies it into
 /// one of its slots and returns without waiting for the receivers (it waits only to reuse
-/// a slot they have not left: up to [`TINY_DEPTH`] operations ahead through tiny and ring
-/// slots, one through the data slots), as Open MPI's root returns once its eager message is
-/// queued. Two ranks with a core each take it up to the data slots' one-shot limit: measured
+/// a slot they have not left: up to [`TINY_DEPTH`] operations ahead through tiny slots,
+/// [`RING_DEPTH`] through ring slots, one through the data slots), as Open MPI's root returns
+/// once its eager message is queued. Two ranks with a core each take it up to the data slots' one-shot limit: measured
 /// on the 2-core VM, 2 ranks, malloc'd buffers (us, min of 3 runs of 1000 calls, one-shot
 /// against the tree over the shared-memory transport, Open MPI 4.1 in brackets): 2 KiB 0.27
 /// against 0.63 (0.54), 8 KiB 0.65 against 1.59 (3.14); from 32 KiB the receiver's single
@@ -380,7 +380,7 @@ impl NodeOp {
         }
         match self.phase {
             Phase::Start | Phase::Done => Vec::new(),
-            Phase::WaitSlot => area.behind(Counter::Left, self.seq.saturating_sub(reuse_distance(ringed))),
+            Phase::WaitSlot => area.behind(Counter::Left, self.seq.saturating_sub(reuse_distance(tiny, ringed))),
             Phase::WaitArrived => match self.coll {
                 // A root that shares the copy waits for the receiver's descriptor.
                 NodeColl::Broadcast { root } if root == area.rank() => behind,
@@ -465,7 +465,7 @@ impl NodeOp {
         }
         if self.phase == Phase::WaitSlot {
             // The slot last held operation seq - reuse: every rank must be done reading it.
-            if !area.all_reached(Counter::Left, self.seq.saturating_sub(reuse_distance(tiny || small_ring || ring)))? {
+            if !area.all_reached(Counter::Left, self.seq.saturating_sub(reuse_distance(tiny, small_ring || ring)))? {
                 return Ok(());
             }
             // SAFETY: our own slot, of TINY_BYTES (tiny), SMALL_RING_BYTES (small ring),
@@ -1498,13 +1498,13 @@ fn store_fence() {
     };
 }
 
-/// Operations between two uses of a slot: tiny and ring slots go round [`TINY_DEPTH`] each,
-/// data slots alternate by parity.
-fn reuse_distance(ringed: bool) -> u64 {
-    if ringed {
-        TINY_DEPTH
-    } else {
-        2
+/// Operations between two uses of a slot: tiny slots go round [`TINY_DEPTH`], ring slots
+/// (small or not) [`RING_DEPTH`], data slots alternate by parity.
+fn reuse_distance(tiny: bool, ringed: bool) -> u64 {
+    match (tiny, ringed) {
+        (true, _) => TINY_DEPTH,
+        (false, true) => RING_DEPTH,
+        (false, false) => 2,
     }
 }
 
@@ -1610,7 +1610,7 @@ mod tests {
     #[test]
     fn small_ring_slots_interleave_without_overlap() {
         use crate::transport::node_area::SMALL_RING_RANK_BYTES;
-        let depth = TINY_DEPTH as usize;
+        let depth = RING_DEPTH as usize;
         let mut region = vec![0u8; SMALL_RING_RANK_BYTES];
         let base = region.as_mut_ptr();
         for k in [0, 1, depth / 2, depth - 1] {
@@ -2274,14 +2274,15 @@ mod tests {
     }
 
     /// A broadcast's root returns without waiting for its receivers: with the receivers
-    /// idle it completes [`TINY_DEPTH`] one-shot broadcasts through tiny or ring slots (two
+    /// idle it completes [`TINY_DEPTH`] one-shot broadcasts through tiny slots, [`RING_DEPTH`]
+    /// through ring slots (two
     /// through the data slots), each reusing its send buffer at once, and the next one waits
     /// until a receiver has left the operation whose slot it needs. The receivers then get
     /// every value, none overwritten by a later one.
     #[test]
     fn broadcast_root_runs_ahead_until_a_slot_is_unconsumed() {
         use crate::transport::node_area::areas_for_threads;
-        for (count, ahead) in [(1usize, TINY_DEPTH as usize), (100, TINY_DEPTH as usize), (1000, 2)] {
+        for (count, ahead) in [(1usize, TINY_DEPTH as usize), (100, RING_DEPTH as usize), (1000, 2)] {
             let mut areas = areas_for_threads(3);
             let mut scratch = Vec::new();
             let value = |k: usize, i: usize| (k * 1000 + i) as i64;

@@ -51,15 +51,23 @@ pub const TINY_BYTES: usize = TINY_SLOT_BYTES - TINY_DATA;
 /// every other one, and a root returns at once as Open MPI's does after queuing an eager
 /// message. Measured on the 2-core VM, 4 ranks, broadcasts (us, min of 3 runs of 100 calls,
 /// 8 against 64): 8 B 0.80 / 0.29, 128 B 0.74 / 0.23, 2 KiB 1.03 / 0.48 (Open MPI 0.27, 0.44,
-/// 4.2); 2 ranks unchanged.
-pub const TINY_DEPTH: u64 = 64;
+/// 4.2); 2 ranks unchanged. 128 rather than 64 (16 KiB per rank): a burst of up to 128 small
+/// broadcasts never waits for receivers that are off their core, as Open MPI's eager queue
+/// does not (4 ranks on 2 cores, 8 B, 100 calls, three alternating launches: 0.30-0.65 us at
+/// 64, 0.10-0.11 at 128, Open MPI 0.09-0.16; with 2000 calls all three run at 0.25-0.45;
+/// bench/results/burst-depth-2core-2026-12-06.md).
+pub const TINY_DEPTH: u64 = 128;
+/// Ring slots (and small ring slots) per rank, used in turn as tiny slots are: operation seq
+/// reuses the ring slot of seq - RING_DEPTH. Fewer than tiny slots: each is a page (or eight
+/// pages' worth of granules for the small ones), faulted in at attach.
+pub const RING_DEPTH: u64 = 64;
 /// Bytes of each ring slot: one-shot inputs larger than a small ring slot and up to this size
-/// go round [`TINY_DEPTH`] of them per rank, as tiny ones go round the tiny slots (the two data
+/// go round [`RING_DEPTH`] of them per rank, as tiny ones go round the tiny slots (the two data
 /// slots would hold a broadcast's root to one operation ahead).
 pub const RING_BYTES: usize = 4096;
 /// Largest one-shot input a small ring slot takes (larger ones, up to [`RING_BYTES`], take a
 /// ring slot). Small ring slots are laid out in granules of [`RING_GRANULE`] bytes: granule g
-/// of every one of a rank's [`TINY_DEPTH`] small ring slots side by side, then granule g + 1
+/// of every one of a rank's [`RING_DEPTH`] small ring slots side by side, then granule g + 1
 /// of each, [`RING_STRIDE`] further on, so that a run of calls of up to 512 B touches eight
 /// pages and neighbouring lines, where slots of a page each made every call take a new page (and
 /// cold lines and a TLB miss on both sides after other work evicted them). Measured on the
@@ -74,15 +82,15 @@ pub const SMALL_RING_BYTES: usize = 512;
 /// Bytes of a small ring slot's granule: a pair of cache lines, which the processor moves
 /// together.
 pub const RING_GRANULE: usize = 128;
-/// Bytes from one granule of a small ring slot to its next: a row of the [`TINY_DEPTH`] slots'
+/// Bytes from one granule of a small ring slot to its next: a row of the [`RING_DEPTH`] slots'
 /// granules and one granule more, so that a slot's granules lie at different offsets within
 /// their pages (one granule further each), and so do different ranks' slots (each rank's
 /// region is [`SMALL_RING_RANK_BYTES`], 512 B more than eight pages), instead of all in the
 /// same two sets of a core's first-level cache. Measured on the 16-core host it changed
 /// nothing (16 ranks' all-gather of 512 B blocks 2.13 us against 2.08 with rows of exactly
-/// [`TINY_DEPTH`] granules; bench/results/cache-sets-16core-2026-12-05.md); kept as it costs
+/// [`RING_DEPTH`] granules; bench/results/cache-sets-16core-2026-12-05.md); kept as it costs
 /// nothing.
-pub const RING_STRIDE: usize = (TINY_DEPTH as usize + 1) * RING_GRANULE;
+pub const RING_STRIDE: usize = (RING_DEPTH as usize + 1) * RING_GRANULE;
 /// How much further on each rank's data slots start than whole slots would put them: the
 /// same offset in every rank's slot (a reduce-scatter's block, an all-reduce's slice) then
 /// falls in different sets of a core's caches (second level: 8 KiB apart within its 128 KiB
@@ -335,7 +343,7 @@ fn ring_offset(nranks: usize) -> usize {
 
 /// Where the small ring slots start: after the ring slots.
 fn small_ring_offset(nranks: usize) -> usize {
-    ring_offset(nranks) + nranks * TINY_DEPTH as usize * RING_BYTES
+    ring_offset(nranks) + nranks * RING_DEPTH as usize * RING_BYTES
 }
 
 /// Where the data slots start: after the small ring slots.
@@ -452,7 +460,7 @@ impl NodeArea {
     }
 
     /// Maps in every page of the control blocks and ring slots now: small operations go round
-    /// [`TINY_DEPTH`] ring slots (a page each; the small ones share eight pages per rank), and
+    /// [`RING_DEPTH`] ring slots (a page each; the small ones share eight pages per rank), and
     /// a first touch of each costs this process a page fault (measured: 128 B broadcasts at 2
     /// ranks took 0.6-1.2 us instead of 0.2 over the 100 calls of a benchmark size that first
     /// used them).
@@ -775,19 +783,19 @@ impl NodeArea {
         self.slot_bytes
     }
 
-    /// A rank's ring slot for operation `seq` ([`RING_BYTES`] long, one of [`TINY_DEPTH`]).
+    /// A rank's ring slot for operation `seq` ([`RING_BYTES`] long, one of [`RING_DEPTH`]).
     pub fn ring_slot(&self, rank: usize, seq: u64) -> *mut u8 {
-        let off = ring_offset(self.nranks) + (rank * TINY_DEPTH as usize + (seq % TINY_DEPTH) as usize) * RING_BYTES;
+        let off = ring_offset(self.nranks) + (rank * RING_DEPTH as usize + (seq % RING_DEPTH) as usize) * RING_BYTES;
         debug_assert!(off + RING_BYTES <= small_ring_offset(self.nranks));
         self.base.wrapping_add(off)
     }
 
     /// The first granule of a rank's small ring slot for operation `seq` (one of
-    /// [`TINY_DEPTH`], holding up to [`SMALL_RING_BYTES`]): granule g lies `g * RING_STRIDE`
+    /// [`RING_DEPTH`], holding up to [`SMALL_RING_BYTES`]): granule g lies `g * RING_STRIDE`
     /// bytes further on.
     pub fn small_ring_slot(&self, rank: usize, seq: u64) -> *mut u8 {
         let off =
-            small_ring_offset(self.nranks) + rank * SMALL_RING_RANK_BYTES + (seq % TINY_DEPTH) as usize * RING_GRANULE;
+            small_ring_offset(self.nranks) + rank * SMALL_RING_RANK_BYTES + (seq % RING_DEPTH) as usize * RING_GRANULE;
         debug_assert!(
             off + (SMALL_RING_BYTES / RING_GRANULE - 1) * RING_STRIDE + RING_GRANULE <= data_offset(self.nranks)
         );
