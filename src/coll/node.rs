@@ -1884,7 +1884,8 @@ mod tests {
         // kernel copies (every input read and every output written remotely, the fold's
         // kernel-copy branches), and mixed: rank 1 through its slot, ranks 0 and 2 by kernel
         // copies, then rank 0 through its slot and the others by kernel copies.
-        let modes: [(&str, fn(usize) -> usize); 5] = [
+        type StageRule = fn(usize) -> usize;
+        let modes: [(&str, StageRule); 5] = [
             ("threads", |_| STAGE_MAX),
             ("slots", |_| STAGE_MAX),
             ("kernel copies", |_| 0),
