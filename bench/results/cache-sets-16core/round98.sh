@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Round 97 (device machine, 2026-12-06 early), build 5db20dc (start_fold, 64 KiB oversubscribed broadcast threshold). Carry .dev.
-# (Supersedes round 96, never run: its GPU tests and abort loop are step 1 here.)
+# Round 98 (device machine, 2026-12-06), build a4e0afc (start_fold, 64 KiB oversubscribed broadcast
+# threshold, 128 tiny slots per rank). Carry .dev. (Rounds 96 and 97, never run for want of a
+# machine, had the same steps on older builds.)
 #  1. Every GPU test, then gpu_processes_abort_device_send 20 times (its race fixed in c044bdc:
 #     rank 1 aborts only after rank 0 has looked at its stream). nccl-tests built meanwhile.
 #  2. nccl-tests all_reduce_perf -np 2 -G 5 -c 1 (graph capture), #wrong must be 0.
