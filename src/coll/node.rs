@@ -464,7 +464,8 @@ impl NodeOp {
             self.phase = if posts { Phase::WaitSlot } else { Phase::WaitArrived };
         }
         if self.phase == Phase::WaitSlot {
-            // The slot last held operation seq - reuse: every rank must be done reading it.
+            // The slot last held an operation at or before seq - reuse: every rank must be done
+            // reading it.
             if !area.all_reached(Counter::Left, self.seq.saturating_sub(reuse_distance(tiny, small_ring || ring)))? {
                 return Ok(());
             }
@@ -2276,14 +2277,17 @@ mod tests {
 
     /// A broadcast's root returns without waiting for its receivers: with the receivers
     /// idle it completes [`TINY_DEPTH`] one-shot broadcasts through tiny slots, [`RING_DEPTH`]
-    /// through ring slots (two
+    /// through ring slots, small or not (two
     /// through the data slots), each reusing its send buffer at once, and the next one waits
     /// until a receiver has left the operation whose slot it needs. The receivers then get
     /// every value, none overwritten by a later one.
     #[test]
     fn broadcast_root_runs_ahead_until_a_slot_is_unconsumed() {
         use crate::transport::node_area::areas_for_threads;
-        for (count, ahead) in [(1usize, TINY_DEPTH as usize), (100, RING_DEPTH as usize), (1000, 2)] {
+        // Tiny (8 B), small ring (512 B), ring (800 B) and data slot (8000 B) inputs.
+        for (count, ahead) in
+            [(1usize, TINY_DEPTH as usize), (64, RING_DEPTH as usize), (100, RING_DEPTH as usize), (1000, 2)]
+        {
             let mut areas = areas_for_threads(3);
             let mut scratch = Vec::new();
             let value = |k: usize, i: usize| (k * 1000 + i) as i64;
@@ -2320,6 +2324,12 @@ mod tests {
                     }
                     let bad = (0..count).find(|&i| out[i] != value(k, i));
                     assert!(bad.is_none(), "{count} elements, rank {r}, call {k}: element {bad:?}");
+                    if k == 0 && r == 0 {
+                        // Rank 0 has left the operation whose slot the root needs, rank 2 not:
+                        // the root waits for rank 2 alone (and says so).
+                        assert!(!blocked.is_done(), "{count} elements: the root went before rank 2 left");
+                        assert_eq!(blocked.waiting_for(&areas[1]), vec![2], "{count} elements");
+                    }
                 }
                 if k == 0 {
                     assert!(blocked.is_done(), "{count} elements: the root still waits after its slot was left");

@@ -51,15 +51,16 @@ pub const TINY_BYTES: usize = TINY_SLOT_BYTES - TINY_DATA;
 /// every other one, and a root returns at once as Open MPI's does after queuing an eager
 /// message. Measured on the 2-core VM, 4 ranks, broadcasts (us, min of 3 runs of 100 calls,
 /// 8 against 64): 8 B 0.80 / 0.29, 128 B 0.74 / 0.23, 2 KiB 1.03 / 0.48 (Open MPI 0.27, 0.44,
-/// 4.2); 2 ranks unchanged. 128 rather than 64 (16 KiB per rank): a burst of up to 128 small
-/// broadcasts never waits for receivers that are off their core, as Open MPI's eager queue
-/// does not (4 ranks on 2 cores, 8 B, 100 calls, three alternating launches: 0.30-0.65 us at
-/// 64, 0.10-0.11 at 128, Open MPI 0.09-0.16; with 2000 calls all three run at 0.25-0.45;
-/// bench/results/burst-depth-2core-2026-12-06.md).
+/// 4.2); 2 ranks unchanged. 128 rather than 64 (16 KiB per rank): a burst of up to 128
+/// broadcasts of at most [`TINY_BYTES`] never waits for receivers that are off their core
+/// (unless a ring-slot operation among the last [`RING_DEPTH`] holds the root to that), just
+/// as Open MPI's root, whose eager queue has no bound, never waits (4 ranks on 2 cores, 8 B, 100 calls, three alternating
+/// launches: 0.29-0.39 us at 64, 0.10-0.11 at 128, Open MPI 0.09-0.49; with 2000 calls all
+/// three 0.26-0.61; bench/results/burst-depth-2core-2026-12-06.md).
 pub const TINY_DEPTH: u64 = 128;
 /// Ring slots (and small ring slots) per rank, used in turn as tiny slots are: operation seq
-/// reuses the ring slot of seq - RING_DEPTH. Fewer than tiny slots: each is a page (or eight
-/// pages' worth of granules for the small ones), faulted in at attach.
+/// reuses the ring slot of seq - RING_DEPTH. Fewer than tiny slots: each ring slot is a page,
+/// and a rank's small ones fill about eight, all faulted in at attach.
 pub const RING_DEPTH: u64 = 64;
 /// Bytes of each ring slot: one-shot inputs larger than a small ring slot and up to this size
 /// go round [`RING_DEPTH`] of them per rank, as tiny ones go round the tiny slots (the two data
@@ -970,7 +971,9 @@ mod tests {
         for seq in seqs.clone() {
             for area in &mut areas {
                 area.begin_tiny(seq, OpSig::NONE);
+                let before = area.progress_mark();
                 post(area, seq, TINY_BYTES);
+                assert_ne!(area.progress_mark(), before, "a post to tiny slot {} is no progress", seq % TINY_DEPTH);
             }
         }
         for seq in seqs {
