@@ -109,7 +109,11 @@ pub const STAGE_MAX: usize = usize::MAX;
 /// 16 ranks 512 KiB 518-591 vs 93-112, 2 MiB 745-824 vs 473-709, 8 MiB 1579-1774 vs 2215-2607.
 /// Reduce-scatter: 2 ranks 32 KiB 5.7 vs 7.2-8.5 (2 MiB 263-304 vs 278-315); 8 ranks 512 KiB
 /// 100-120 vs 145-181. All-gather at 8 ranks came out mixed in two runs (512 KiB 45 vs 67, then
-/// 61-111 vs 47-67), so it keeps slots.
+/// 61-111 vs 47-67); a later run of alternating launches on a 16-core host (round 98,
+/// bench/results/gpu-round98-2026-12-06.md; us, kernel copies vs slots) found kernel copies
+/// faster at every size from 128 KiB: 128 KiB 15.7-29.1 vs 25.3-26.4 (two of three), 256 KiB
+/// 20.9-44.1 vs 41.8-50.7, 1 MiB 62-137 vs 172-242, 4 MiB 295-540 vs 747-1009, 16 MiB
+/// 2139-2802 vs 2827-3929 (five of five), and slots up to 64 KiB (32 KiB 7.5-8.6 vs 11.3-17.7).
 ///
 /// Before huge pages (bench/results/malloc-buffers-16core-2026-12-04/crossover.txt), slots of
 /// 256 KiB and 1 MiB against kernel copies, in us, slots vs kernel copies:
@@ -147,7 +151,7 @@ pub fn default_stage_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -
         (NodeColl::ReduceScatter(_), 0..=2) => 16 << 10,
         (NodeColl::ReduceScatter(_), _) => 128 << 10,
         (NodeColl::AllGather, 0..=2) => 16 << 10,
-        (NodeColl::AllGather, 3..=8) => STAGE_MAX,
+        (NodeColl::AllGather, 3..=8) => 64 << 10,
         (NodeColl::AllGather, _) => 1 << 20,
         (NodeColl::Broadcast { .. }, 0..=2) => 0,
         (NodeColl::Broadcast { .. }, 3..=8) => 1 << 20,

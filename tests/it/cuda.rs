@@ -1071,7 +1071,14 @@ fn abort_and_release(
 fn abort_releases_device_send(rank: usize, comm: ncclComm_t) {
     // A file both processes name from the communicator's id: rank 0 makes it once it has looked.
     let role = std::env::var("FERROCCL_IT_GPU_ROLE").expect("a GPU child");
-    let looked = std::env::temp_dir().join(format!("ferroccl-it-abort-{}", role.rsplit(',').next().unwrap_or("x")));
+    // (The id is 256 hex digits, longer than a file name may be: name the file by its hash.)
+    let id_hash = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        role.rsplit(',').next().unwrap_or("x").hash(&mut h);
+        h.finish()
+    };
+    let looked = std::env::temp_dir().join(format!("ferroccl-it-abort-{id_hash:016x}"));
     let stream = new_stream();
     let raw = stream as sys::CUstream;
     let count = 4096;
