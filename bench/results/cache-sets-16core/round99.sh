@@ -10,10 +10,10 @@ el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 NCCL_NVLS_ENABLE=0
 { cat .dev/build.commit; nproc; grep -m1 'model name' /proc/cpuinfo; nvidia-smi -L; uptime; } > $R/host.txt
 fails=0
-for i in $(seq 8); do
+for i in $(seq ${ABORT_RUNS:-8}); do
   timeout 60 .dev/it --exact cuda::gpu_processes_abort_device_send --test-threads 1 --nocapture > $R/abort-$i.txt 2>&1 || { fails=$((fails+1)); echo "abort run $i failed"; grep -m3 "panicked\|marker" $R/abort-$i.txt; }
 done
-echo "abort_device_send: $fails of 8 failed"; el "abort loop"
+echo "abort_device_send: $fails of ${ABORT_RUNS:-8} failed"; el "abort loop"
 for g in 25 0; do PIECE=262144 GBPS=$g NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 timeout 60 .dev/exp/staged_emul 10 > $R/emul-$g.txt 2>&1; echo "emul GBPS=$g rc=$?"; cat $R/emul-$g.txt; done; el "emul"
 B=$PWD/.dev/bin/ferroccl-bench
 left=$(( ${LIMIT:-300} - ($(date +%s) - T0) ))
