@@ -58,8 +58,8 @@ pub fn one_shot_max(nranks: usize, oversubscribed: bool) -> usize {
 /// one of its slots and returns without waiting for the receivers (it waits only to reuse
 /// a slot they have not left: up to [`TINY_DEPTH`] operations ahead through tiny slots,
 /// [`RING_DEPTH`] through ring slots, one through the data slots), as Open MPI's root returns
-/// once its eager message is queued. Two ranks with a core each take it up to the data slots' one-shot limit: measured
-/// on the 2-core VM, 2 ranks, malloc'd buffers (us, min of 3 runs of 1000 calls, one-shot
+/// once its eager message is queued. Two ranks with a core each take it up to the data slots'
+/// one-shot limit: measured on the 2-core VM, 2 ranks, malloc'd buffers (us, min of 3 runs of 1000 calls, one-shot
 /// against the tree over the shared-memory transport, Open MPI 4.1 in brackets): 2 KiB 0.27
 /// against 0.63 (0.54), 8 KiB 0.65 against 1.59 (3.14); from 32 KiB the receiver's single
 /// copy wins (32 KiB 4.8 through the slot against 4.2, 128 KiB 18 against 11.4). Ranks
