@@ -59,10 +59,10 @@ pub fn one_shot_max(nranks: usize, oversubscribed: bool) -> usize {
 /// a slot they have not left: up to [`TINY_DEPTH`] operations ahead through tiny slots,
 /// [`RING_DEPTH`] through ring slots, one through the data slots), as Open MPI's root returns
 /// once its eager message is queued. Two ranks with a core each take it up to the data slots'
-/// one-shot limit: measured on the 2-core VM, 2 ranks, malloc'd buffers (us, min of 3 runs of 1000 calls, one-shot
-/// against the tree over the shared-memory transport, Open MPI 4.1 in brackets): 2 KiB 0.27
-/// against 0.63 (0.54), 8 KiB 0.65 against 1.59 (3.14); from 32 KiB the receiver's single
-/// copy wins (32 KiB 4.8 through the slot against 4.2, 128 KiB 18 against 11.4). Ranks
+/// one-shot limit: measured on the 2-core VM, 2 ranks, malloc'd buffers (us, min of 3 runs of
+/// 1000 calls, one-shot against the tree over the shared-memory transport, Open MPI 4.1 in
+/// brackets): 2 KiB 0.27 against 0.63 (0.54), 8 KiB 0.65 against 1.59 (3.14); from 32 KiB the
+/// receiver's single copy wins (32 KiB 4.8 through the slot against 4.2, 128 KiB 18 against 11.4). Ranks
 /// sharing cores keep the all-reduce's limit: 4 ranks on 2 cores, 8 KiB took 3.6 one-shot
 /// against 2.0 by the tree.
 pub fn broadcast_one_shot_max(nranks: usize, oversubscribed: bool) -> usize {
