@@ -62,7 +62,8 @@ pub fn one_shot_max(nranks: usize, oversubscribed: bool) -> usize {
 /// one-shot limit: measured on the 2-core VM, 2 ranks, malloc'd buffers (us, min of 3 runs of
 /// 1000 calls, one-shot against the tree over the shared-memory transport, Open MPI 4.1 in
 /// brackets): 2 KiB 0.27 against 0.63 (0.54), 8 KiB 0.65 against 1.59 (3.14); from 32 KiB the
-/// receiver's single copy wins (32 KiB 4.8 through the slot against 4.2, 128 KiB 18 against 11.4). Ranks
+/// receiver's single copy wins (32 KiB 4.8 through the slot against 4.2, 128 KiB 18 against
+/// 11.4). Ranks
 /// sharing cores keep the all-reduce's limit: 4 ranks on 2 cores, 8 KiB took 3.6 one-shot
 /// against 2.0 by the tree.
 pub fn broadcast_one_shot_max(nranks: usize, oversubscribed: bool) -> usize {
@@ -952,9 +953,7 @@ impl NodeOp {
             // SAFETY: rank r's send buffer (or ours, or rank r's slot) holds this round's input
             // from the round's start on (off + len <= round_len), and nobody writes this slice
             // of it before this rank does below.
-            let first = unsafe { start_fold(&inputs, &reductions, off, acc, staged_all)? };
-            // SAFETY: as for start_fold.
-            unsafe { fold_inputs(&inputs, &reductions, first, off, acc, staged_all)? };
+            unsafe { fold_inputs(&inputs, &reductions, off, acc, staged_all)? };
             red.finalize(acc)?;
             // Write the result into every rank's output, starting with the next rank so
             // that not every rank writes to rank 0 first.
@@ -1033,8 +1032,7 @@ impl NodeOp {
                         // our block and is not rewritten until every rank marks Left.
                         unsafe {
                             warm_inputs(&inputs, me, k * PIECE, piece.len());
-                            let first = start_fold(&inputs, &reductions, k * PIECE, piece, &mut [])?;
-                            fold_inputs(&inputs, &reductions, first, k * PIECE, piece, &mut [])?
+                            fold_inputs(&inputs, &reductions, k * PIECE, piece, &mut [])?
                         };
                         red.finalize(piece)?;
                     }
@@ -1084,10 +1082,7 @@ impl NodeOp {
             };
             // SAFETY: rank r's input (buffer or slot) holds this round's piece of our block
             // (off + step <= len) and is not rewritten until every rank marks Left.
-            unsafe {
-                let first = start_fold(inputs, reductions, off, acc, staged_all)?;
-                fold_inputs(inputs, reductions, first, off, acc, staged_all)?
-            };
+            unsafe { fold_inputs(inputs, reductions, off, acc, staged_all)? };
             red.finalize(acc)?;
             if in_place {
                 // SAFETY: our receive buffer holds `bytes` >= self.off + off + step bytes; in
@@ -1336,12 +1331,12 @@ unsafe fn warm_inputs(inputs: &[PeerBuf], me: usize, off: usize, len: usize) {
 /// and 1 combine in one pass (`acc = in0 (op) pre1(in1)`, the same operands in the same order
 /// as folding them one by one) when input 0 is in reach, the second through `staging` if a
 /// kernel copy brings it; an input 0 that a kernel copy brings lands straight in `acc`.
-/// Returns the first input [`fold_inputs`] still has to fold. With 2 ranks and malloc'd
+/// Returns the first input still to fold. With 2 ranks and malloc'd
 /// buffers, the plain copy this saves was a quarter of a 2 MiB all-reduce's time (perf, 2-core
 /// VM: `__memmove` 23%, the kernel copies 28%, the fold 14%).
 ///
 /// # Safety
-/// As [`fold_inputs`].
+/// As [`fold_inputs`], its only caller.
 unsafe fn start_fold(
     inputs: &[PeerBuf],
     reductions: &[Reduction],
@@ -1375,8 +1370,9 @@ unsafe fn start_fold(
     }
 }
 
-/// Folds `acc.len()` bytes at `off` of every input from `first` on into `acc`, in rank order
-/// (input 0 starts the result), reading inputs in other processes through `staging`.
+/// Folds `acc.len()` bytes at `off` of every input into `acc`, in rank order (input 0 starts
+/// the result, with input 1 in the same pass where [`start_fold`] can), reading inputs in other
+/// processes through `staging`.
 ///
 /// # Safety
 /// Every `PeerBuf::Direct` input must be readable for `off + acc.len()` bytes and not written
@@ -1384,12 +1380,13 @@ unsafe fn start_fold(
 unsafe fn fold_inputs(
     inputs: &[PeerBuf],
     reductions: &[Reduction],
-    first: usize,
     off: usize,
     acc: &mut [u8],
     staging: &mut [u8],
 ) -> Result<()> {
     let len = acc.len();
+    // SAFETY: the caller's contract, which is start_fold's.
+    let first = unsafe { start_fold(inputs, reductions, off, acc, staging)? };
     for (r, input) in inputs.iter().enumerate().skip(first) {
         let piece: &[u8] = match *input {
             // SAFETY: the caller's contract.

@@ -54,9 +54,9 @@ pub const TINY_BYTES: usize = TINY_SLOT_BYTES - TINY_DATA;
 /// 4.2); 2 ranks unchanged. 128 rather than 64 (16 KiB per rank): a burst of up to 128
 /// broadcasts of at most [`TINY_BYTES`] never waits for receivers that are off their core
 /// (unless a ring-slot operation among the last [`RING_DEPTH`] holds the root to that), just
-/// as Open MPI's root, whose eager queue has no bound, never waits (4 ranks on 2 cores, 8 B, 100 calls, three alternating
-/// launches: 0.29-0.39 us at 64, 0.10-0.11 at 128, Open MPI 0.09-0.49; with 2000 calls all
-/// three 0.26-0.61; bench/results/burst-depth-2core-2026-12-06.md).
+/// as Open MPI's root, whose eager queue has no bound, never waits (4 ranks on 2 cores, 8 B,
+/// 100 calls, three alternating launches: 0.29-0.39 us at 64, 0.10-0.11 at 128, Open MPI
+/// 0.09-0.49; with 2000 calls all three 0.26-0.61; bench/results/burst-depth-2core-2026-12-06.md).
 pub const TINY_DEPTH: u64 = 128;
 /// Ring slots (and small ring slots) per rank, used in turn as tiny slots are: operation seq
 /// reuses the ring slot of seq - RING_DEPTH. Fewer than tiny slots: each ring slot is a page,

@@ -182,8 +182,6 @@ fn plain_extras(rank: usize, comm: ncclComm_t) {
 /// all-reduce buffers from ncclMemAlloc at one size, so that staged and mapped ranks mix.
 /// Integer sums, so every result is exact.
 fn ordinary_buffers(rank: usize, nranks: usize, comm: ncclComm_t) {
-    #[allow(non_snake_case)]
-    let N = nranks;
     const INT32: ncclDataType_t = ncclDataType_t(2);
     const SUM: ncclRedOp_t = ncclRedOp_t(0);
     let s: *mut c_void = std::ptr::null_mut();
@@ -206,14 +204,14 @@ fn ordinary_buffers(rank: usize, nranks: usize, comm: ncclComm_t) {
             check(ncclAllReduce(sp, recv_p, count, INT32, SUM, comm, s), "allreduce");
             // SAFETY: recv_p holds count i32 (a Vec of ours or an allocation above).
             let got = unsafe { std::slice::from_raw_parts(recv_p as *const i32, count) };
-            let bad = (0..count).find(|&i| got[i] != (0..N).map(|r| value(r, i, k)).sum::<i32>());
+            let bad = (0..count).find(|&i| got[i] != (0..nranks).map(|r| value(r, i, k)).sum::<i32>());
             assert!(bad.is_none(), "all-reduce of {count} (in place {in_place}): element {bad:?}");
             if mapped {
                 check(ncclMemFree(sp), "ncclMemFree");
                 check(ncclMemFree(rp), "ncclMemFree");
             }
-            // Reduce-scatter: each rank's input is N blocks of `count`.
-            let mut input: Vec<i32> = (0..N * count).map(|i| value(rank, i, k)).collect();
+            // Reduce-scatter: each rank's input is nranks blocks of `count`.
+            let mut input: Vec<i32> = (0..nranks * count).map(|i| value(rank, i, k)).collect();
             let mut out = vec![-1i32; count];
             let (sp, rp): (*mut c_void, *mut c_void) = if in_place {
                 let p: *mut c_void = input.as_mut_ptr().cast();
@@ -224,11 +222,11 @@ fn ordinary_buffers(rank: usize, nranks: usize, comm: ncclComm_t) {
             check(ncclReduceScatter(sp, rp, count, INT32, SUM, comm, s), "reducescatter");
             // SAFETY: rp points at count i32 of `out` or of `input`, both alive.
             let got = unsafe { std::slice::from_raw_parts(rp as *const i32, count) };
-            let bad = (0..count).find(|&i| got[i] != (0..N).map(|r| value(r, rank * count + i, k)).sum::<i32>());
+            let bad = (0..count).find(|&i| got[i] != (0..nranks).map(|r| value(r, rank * count + i, k)).sum::<i32>());
             assert!(bad.is_none(), "reduce-scatter of {count} (in place {in_place}): element {bad:?}");
             // All-gather.
             let mine: Vec<i32> = (0..count).map(|i| value(rank, i, k)).collect();
-            let mut all = vec![-1i32; N * count];
+            let mut all = vec![-1i32; nranks * count];
             let sp: *const c_void = if in_place {
                 all[rank * count..(rank + 1) * count].copy_from_slice(&mine);
                 all[rank * count..].as_ptr().cast()
@@ -236,10 +234,10 @@ fn ordinary_buffers(rank: usize, nranks: usize, comm: ncclComm_t) {
                 mine.as_ptr().cast()
             };
             check(ncclAllGather(sp, all.as_mut_ptr().cast(), count, INT32, comm, s), "allgather");
-            let bad = (0..N * count).find(|&i| all[i] != value(i / count, i % count, k));
+            let bad = (0..nranks * count).find(|&i| all[i] != value(i / count, i % count, k));
             assert!(bad.is_none(), "all-gather of {count} (in place {in_place}): element {bad:?}");
             // Broadcast from either root.
-            let root = k % N;
+            let root = k % nranks;
             let src: Vec<i32> = (0..count).map(|i| value(root, i, k)).collect();
             let mut buf = if rank == root { src.clone() } else { vec![-1i32; count] };
             let p: *mut c_void = buf.as_mut_ptr().cast();
