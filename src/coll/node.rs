@@ -384,6 +384,8 @@ impl NodeOp {
             }
         }
         match self.phase {
+            // A direct operation first waits until its descriptor copy is free.
+            Phase::Start if self.algo == NodeAlgo::Direct => area.behind(Counter::Left, area.descriptor_guard()),
             Phase::Start | Phase::Done => Vec::new(),
             Phase::WaitSlot => area.behind(Counter::Left, self.seq.saturating_sub(reuse_distance(tiny, ringed))),
             Phase::WaitArrived => match self.coll {
@@ -714,8 +716,11 @@ impl NodeOp {
     }
 
     /// Numbers the operation, publishes its buffers (and input scalar) and goes to its first
-    /// round.
-    fn begin(&mut self, area: &mut NodeArea, send_len: usize, recv_len: usize, red: Option<Reduction>) {
+    /// round, once the descriptor copy it overwrites is no longer read (`false`: not yet).
+    fn begin(&mut self, area: &mut NodeArea, send_len: usize, recv_len: usize, red: Option<Reduction>) -> Result<bool> {
+        if !area.descriptor_free()? {
+            return Ok(false);
+        }
         self.start(area);
         let pre = match red.map(|r| r.pre) {
             Some(Pre::Mul(s)) => Some(s),
@@ -723,6 +728,7 @@ impl NodeOp {
         };
         self.publish_direct(area, send_len, recv_len, pre);
         self.phase = Phase::WaitSlot;
+        Ok(true)
     }
 
     /// After a round of `len` bytes: starts the next round (`true`: run it at once) or, after
@@ -843,8 +849,8 @@ impl NodeOp {
         if self.phase == Phase::Done {
             return Ok(());
         }
-        if self.phase == Phase::Start {
-            self.begin(area, self.bytes, self.bytes, Some(red));
+        if self.phase == Phase::Start && !self.begin(area, self.bytes, self.bytes, Some(red))? {
+            return Ok(());
         }
         loop {
             if self.phase == Phase::WaitSlot && !self.enter_round(area)? {
@@ -985,9 +991,9 @@ impl NodeOp {
         if self.phase == Phase::Done {
             return Ok(());
         }
-        if self.phase == Phase::Start {
-            // Only its owner writes a receive buffer: never staged.
-            self.begin(area, n * self.bytes, 0, Some(red));
+        // Only its owner writes a receive buffer: never staged.
+        if self.phase == Phase::Start && !self.begin(area, n * self.bytes, 0, Some(red))? {
+            return Ok(());
         }
         loop {
             if self.phase == Phase::WaitSlot && !self.enter_round(area)? {
@@ -1044,7 +1050,12 @@ impl NodeOp {
                     continue;
                 }
             }
-            // Peers read our input until then.
+            // Peers read our input until then. Staged, they read our slot and descriptor,
+            // whose next writers wait for them (enter_round, begin): we need not.
+            if self.stage_send {
+                self.phase = Phase::Done;
+                return Ok(());
+            }
             return self.wait_left(area);
         }
     }
@@ -1110,7 +1121,9 @@ impl NodeOp {
         if self.phase == Phase::Start {
             let send_len = if root.is_none_or(|r| r == me) { block } else { 0 };
             // The receive buffer is only ever written by its owner: never staged.
-            self.begin(area, send_len, 0, None);
+            if !self.begin(area, send_len, 0, None)? {
+                return Ok(());
+            }
         }
         loop {
             if self.phase == Phase::WaitSlot && !self.enter_round(area)? {
@@ -1154,11 +1167,13 @@ impl NodeOp {
                     self.phase = Phase::WaitSlot;
                     continue;
                 }
-                // A sender waits for its readers even when its input went through its slot:
-                // they read its descriptor (flags) until they are done, and its next
-                // operation would overwrite it.
+                // A sender waits for its readers, unless it is an all-gather's whose input went
+                // through its slot: the slot's and the descriptor's next writers wait for them
+                // (enter_round, begin). A broadcast's root waits regardless, to compare its
+                // call with every receiver's below.
                 let sends = root.is_none_or(|r| r == me);
-                self.phase = if sends { Phase::WaitLeft } else { Phase::Done };
+                let readers_wait = sends && !(root.is_none() && self.stage_send);
+                self.phase = if readers_wait { Phase::WaitLeft } else { Phase::Done };
             }
             // Peers read our send buffer until then.
             self.wait_left(area)?;
@@ -2339,6 +2354,91 @@ mod tests {
             for (k, out) in root_out.iter().enumerate() {
                 assert!(out.iter().enumerate().all(|(i, &v)| v == value(k, i)), "{count} elements, root call {k}");
             }
+        }
+    }
+
+    /// A rank whose all-gather or reduce-scatter input went through its slot returns without
+    /// waiting for its readers, and may publish its next operation while a slow peer still
+    /// reads the last one's descriptor. Scheduled by hand on one thread (3 ranks as processes,
+    /// staged): ranks 0 and 2 finish a reduce-scatter that rank 1 has only joined, then a
+    /// broadcast from rank 0, which rank 2 receives; rank 2's next operation, an all-gather
+    /// whose input is not staged, would overwrite the reduce-scatter's descriptor and waits
+    /// for rank 1 to leave it; rank 1
+    /// then reads the reduce-scatter's descriptors (not the broadcast's) and every result is
+    /// exact.
+    #[test]
+    fn ranks_leaving_staged_operations_early_keep_their_descriptors_for_slow_peers() {
+        use crate::transport::node_area::{areas_for_threads_with, SLOT_BYTES};
+        let n = 3;
+        let count = 6000usize;
+        let bytes = count * 8;
+        let mut areas = areas_for_threads_with(n, SLOT_BYTES, true);
+        let mut scratch: Vec<Vec<u64>> = vec![Vec::new(); n];
+        let value = |op: usize, r: usize, i: usize| (op * 1_000_000 + r * 10_000 + i) as i64;
+        let sum = Reduction::builtin(crate::types::DataType::Int64, crate::types::BuiltinOp::Sum, n);
+        // Reduce-scatter inputs (n blocks each), broadcast input (rank 0's), all-gather inputs.
+        let rs_in: Vec<Vec<i64>> = (0..n).map(|r| (0..n * count).map(|i| value(0, r, i)).collect()).collect();
+        let bc_in: Vec<i64> = (0..count).map(|i| value(1, 0, i)).collect();
+        let ag_in: Vec<Vec<i64>> = (0..n).map(|r| (0..count).map(|i| value(2, r, i)).collect()).collect();
+        let mut rs_out = vec![vec![-1i64; count]; n];
+        let mut bc_out = vec![vec![-1i64; count]; n];
+        let mut ag_out = vec![vec![-1i64; n * count]; n];
+        let mut rs: Vec<NodeOp> = (0..n)
+            .map(|r| {
+                let (send, recv) = (rs_in[r].as_ptr().cast(), rs_out[r].as_mut_ptr().cast());
+                NodeOp::new(NodeColl::ReduceScatter(sum), NodeAlgo::Direct, send, recv, bytes, OpSig::NONE)
+            })
+            .collect();
+        let mut bc: Vec<NodeOp> = (0..n)
+            .map(|r| {
+                let send = if r == 0 { bc_in.as_ptr().cast() } else { std::ptr::null() };
+                let recv = bc_out[r].as_mut_ptr().cast();
+                NodeOp::new(NodeColl::Broadcast { root: 0 }, NodeAlgo::Direct, send, recv, bytes, OpSig::NONE)
+            })
+            .collect();
+        // Rank 2's all-gather input is read in place (as if mapped): it needs no slot, only
+        // its descriptor, which differs from its reduce-scatter one.
+        let mut ag: Vec<NodeOp> = (0..n)
+            .map(|r| {
+                let (send, recv) = (ag_in[r].as_ptr().cast(), ag_out[r].as_mut_ptr().cast());
+                let op = NodeOp::new(NodeColl::AllGather, NodeAlgo::Direct, send, recv, bytes, OpSig::NONE);
+                if r == 2 {
+                    op.with_stage_max(0)
+                } else {
+                    op
+                }
+            })
+            .collect();
+        let mut poll = |ops: &mut Vec<NodeOp>, r: usize, areas: &mut Vec<NodeArea>| {
+            for _ in 0..100 {
+                ops[r].progress(&mut areas[r], &mut scratch[r]).unwrap();
+            }
+            ops[r].is_done()
+        };
+        // Ranks 1 and 0 join the reduce-scatter (their inputs in their slots) and wait for rank 2.
+        assert!(!poll(&mut rs, 1, &mut areas) && !poll(&mut rs, 0, &mut areas));
+        // Rank 2 arrives, and it and rank 0 are done without waiting for rank 1 to read their slots.
+        assert!(poll(&mut rs, 2, &mut areas) && poll(&mut rs, 0, &mut areas), "staged ranks waited for their readers");
+        // The broadcast: rank 2 receives it; the root waits for every receiver to leave it.
+        assert!(!poll(&mut bc, 0, &mut areas));
+        assert!(poll(&mut bc, 2, &mut areas));
+        assert!(!poll(&mut bc, 0, &mut areas));
+        // Rank 2's all-gather would overwrite its reduce-scatter descriptor: it waits for rank 1.
+        assert!(!poll(&mut ag, 2, &mut areas), "a descriptor was overwritten while rank 1 had to read it");
+        assert_eq!(ag[2].waiting_for(&areas[2]), vec![1]);
+        // Rank 1 reads the reduce-scatter's descriptors now.
+        assert!(poll(&mut rs, 1, &mut areas));
+        assert!(poll(&mut bc, 1, &mut areas) && poll(&mut bc, 0, &mut areas));
+        while !(0..n).all(|r| ag[r].is_done()) {
+            for r in 0..n {
+                poll(&mut ag, r, &mut areas);
+            }
+        }
+        for r in 0..n {
+            let want_rs = (0..count).map(|i| (0..n).map(|q| rs_in[q][r * count + i]).sum::<i64>());
+            assert!(rs_out[r].iter().copied().eq(want_rs), "reduce-scatter, rank {r}");
+            assert_eq!(bc_out[r], bc_in, "broadcast, rank {r}");
+            assert!(ag_out[r].iter().copied().eq(ag_in.iter().flatten().copied()), "all-gather, rank {r}");
         }
     }
 

@@ -26,11 +26,11 @@ use crate::wire::OpSig;
 
 const AREA_MAGIC: u64 = 0x4665_7272_6f4e_6f64;
 const HEADER_BYTES: usize = 4096;
-/// Per-rank control block: two counters on their own cache lines, the descriptor, then
-/// [`TINY_DEPTH`] tiny slots ([`TINY_LINES`] cache lines each).
+/// Per-rank control block: two counters on their own cache lines, the descriptor's two
+/// copies, then [`TINY_DEPTH`] tiny slots ([`TINY_LINES`] cache lines each).
 const CTRL_BYTES: usize = TINY_OFFSET + TINY_DEPTH as usize * TINY_SLOT_BYTES;
 /// Offset of the first tiny slot in a control block.
-const TINY_OFFSET: usize = 384;
+const TINY_OFFSET: usize = 512;
 /// Cache lines of a tiny slot: the sequence word (offset 0), the call's signature
 /// ([`TINY_SIG`]), then the input, contiguous to the slot's end. The sequence word is stored
 /// last, with Release, so that the first line says the input is ready, brings its start and
@@ -146,15 +146,19 @@ pub enum Counter {
 /// pre-scales its input; bits 1 and 2: its send and receive buffer travel through its slot),
 /// the scalar's bytes (PreMulSum scalars differ per rank), and the bytes of one rank's block.
 pub const DESC_WORDS: usize = 13;
-/// Offset of the descriptor in a control block, after the counters' lines.
+/// Offset of the descriptor's first copy in a control block, after the counters' lines; the
+/// second follows it. Operations that publish one use the copies in turn, so that a rank
+/// may publish its next operation while peers still read the one before
+/// ([`NodeArea::descriptor_free`]).
 const DESC_OFFSET: usize = 192;
+const DESC_BYTES: usize = DESC_WORDS * 8;
 /// Offset of the claim word ([`NodeArea::claim`]), on the line between the counters and the
 /// descriptor: written only by operations that share out work.
 const CLAIM_OFFSET: usize = 128;
 
 const _: () = assert!(SMALL_RING_BYTES % RING_GRANULE == 0 && RING_STRIDE % 4096 != 0);
 const _: () = assert!(CLAIM_OFFSET >= 128 && CLAIM_OFFSET + 8 <= DESC_OFFSET);
-const _: () = assert!(DESC_OFFSET + DESC_WORDS * 8 <= TINY_OFFSET && TINY_SIG + 8 <= TINY_DATA);
+const _: () = assert!(DESC_OFFSET + 2 * DESC_BYTES <= TINY_OFFSET && TINY_SIG + 8 <= TINY_DATA);
 const _: () = assert!(TINY_OFFSET % 64 == 0 && CTRL_BYTES % 64 == 0 && HEADER_BYTES % 64 == 0);
 // A tiny slot's first line holds the sequence word, the signature and the input's start; its
 // lines fill one aligned 128-byte block; the slots end with the control block.
@@ -276,6 +280,11 @@ pub struct NodeArea {
     maps: PeerMaps,
     /// Node operations started on this rank.
     started: u64,
+    /// Descriptors this rank published; the latest is in copy `published % 2`, and every
+    /// rank reads its peers' copy of that parity (all publish for the same operations).
+    published: u64,
+    /// Per descriptor copy, the first operation number of the operation that last wrote it.
+    desc_first: [u64; 2],
     idle: u32,
     slot_bytes: usize,
     /// Every rank is a thread of this process (any buffer is in reach of every rank).
@@ -443,6 +452,8 @@ impl NodeArea {
             pidfds,
             maps: PeerMaps::default(),
             started: 0,
+            published: 0,
+            desc_first: [0; 2],
             idle: 0,
             slot_bytes,
             one_process: pids.iter().all(|&p| p == me),
@@ -721,11 +732,38 @@ impl NodeArea {
     }
 
     /// Publishes this rank's buffers, input scalar and block size (before marking `Arrived`).
-    pub fn publish(&self, send: BufDesc, recv: BufDesc, pre_scalar: Option<[u8; 8]>, block: usize) {
+    pub fn publish(&mut self, send: BufDesc, recv: BufDesc, pre_scalar: Option<[u8; 8]>, block: usize) {
+        self.published += 1;
+        let copy = self.desc_copy();
+        self.desc_first[copy] = self.started;
         let w = Descriptor { send, recv, pre_scalar, block: block as u64 }.encode();
         for (i, v) in w.iter().enumerate() {
-            self.ctrl_word(self.rank, DESC_OFFSET + i * 8).store(*v, Ordering::Relaxed);
+            self.ctrl_word(self.rank, DESC_OFFSET + copy * DESC_BYTES + i * 8).store(*v, Ordering::Relaxed);
         }
+    }
+
+    /// The descriptor copy of the current operation.
+    fn desc_copy(&self) -> usize {
+        (self.published & 1) as usize
+    }
+
+    /// The operation every rank must have left before this rank publishes its next descriptor
+    /// (0: none): the next publication overwrites the copy of the operation before the latest
+    /// one, whose peers read it until they leave it, and every operation up to the latest
+    /// one's first precedes that first.
+    pub fn descriptor_guard(&self) -> u64 {
+        if self.published < 2 {
+            return 0;
+        }
+        self.desc_first[self.desc_copy()].saturating_sub(1)
+    }
+
+    /// Whether this rank may publish its next descriptor now ([`NodeArea::descriptor_guard`]).
+    /// Operations that waited for every rank to leave them pass at once; one that returned
+    /// early (its input read from its slot, [`NodeOp`](crate::coll::node)) is waited for here.
+    pub fn descriptor_free(&mut self) -> Result<bool> {
+        let guard = self.descriptor_guard();
+        self.all_reached(Counter::Left, guard)
     }
 
     /// How this rank reaches `rank`'s send (`which == 0`) or receive buffer, `len` bytes
@@ -747,14 +785,19 @@ impl NodeArea {
     /// `rank`'s descriptor as published for the current operation.
     pub fn descriptor(&self, rank: usize) -> Descriptor {
         let w: [u64; DESC_WORDS] =
-            std::array::from_fn(|i| self.ctrl_word(rank, DESC_OFFSET + i * 8).load(Ordering::Relaxed));
+            std::array::from_fn(|i| self.ctrl_word(rank, self.desc_at(i)).load(Ordering::Relaxed));
         Descriptor::decode(&w)
     }
 
     /// Whether `rank` works in place (its send and receive buffers are the same address).
     pub fn peer_in_place(&self, rank: usize) -> bool {
-        self.ctrl_word(rank, DESC_OFFSET).load(Ordering::Relaxed)
-            == self.ctrl_word(rank, DESC_OFFSET + 40).load(Ordering::Relaxed)
+        self.ctrl_word(rank, self.desc_at(0)).load(Ordering::Relaxed)
+            == self.ctrl_word(rank, self.desc_at(5)).load(Ordering::Relaxed)
+    }
+
+    /// Offset of word `i` of the current operation's descriptor copy.
+    fn desc_at(&self, i: usize) -> usize {
+        DESC_OFFSET + self.desc_copy() * DESC_BYTES + i * 8
     }
 
     /// The scalar `rank` multiplies its input by (PreMulSum), as published.
