@@ -2363,9 +2363,8 @@ mod tests {
     /// staged): ranks 0 and 2 finish a reduce-scatter that rank 1 has only joined, then a
     /// broadcast from rank 0, which rank 2 receives; rank 2's next operation, an all-gather
     /// whose input is not staged, would overwrite the reduce-scatter's descriptor and waits
-    /// for rank 1 to leave it; rank 1
-    /// then reads the reduce-scatter's descriptors (not the broadcast's) and every result is
-    /// exact.
+    /// for rank 1 to leave it; rank 1 then reads the reduce-scatter's descriptors (not the
+    /// broadcast's) and every result is exact.
     #[test]
     fn ranks_leaving_staged_operations_early_keep_their_descriptors_for_slow_peers() {
         use crate::transport::node_area::{areas_for_threads_with, SLOT_BYTES};

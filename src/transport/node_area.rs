@@ -759,8 +759,9 @@ impl NodeArea {
     }
 
     /// Whether this rank may publish its next descriptor now ([`NodeArea::descriptor_guard`]).
-    /// Operations that waited for every rank to leave them pass at once; one that returned
-    /// early (its input read from its slot, [`NodeOp`](crate::coll::node)) is waited for here.
+    /// After operations that waited for every rank to leave them it passes at once; after one
+    /// that returned early (a staged all-gather or reduce-scatter, whose input peers read from
+    /// its slot) it waits here for the stragglers.
     pub fn descriptor_free(&mut self) -> Result<bool> {
         let guard = self.descriptor_guard();
         self.all_reached(Counter::Left, guard)
