@@ -947,6 +947,46 @@ mod tests {
         }
     }
 
+    /// Each publication goes to the other descriptor copy, peers read the copy of the operation
+    /// they are on, and a rank overwrites a copy only once every rank has left everything
+    /// before the operation that published last (one-shot operations in between included).
+    #[test]
+    fn descriptor_copies_alternate_and_wait_for_their_readers() {
+        let mut areas = areas_for_threads(2);
+        let desc = |addr: u64| BufDesc { addr, shared: None, staged: true };
+        let publish = |area: &mut NodeArea, addr: u64| {
+            area.next_seq();
+            assert!(area.descriptor_free().unwrap(), "rank {} had to wait", area.rank());
+            area.publish(desc(addr), desc(addr + 1), None, 64);
+        };
+        // Operation 1 on both ranks; rank 0 leaves it, runs two one-shot operations (2, 3) and
+        // publishes operation 4 while rank 1 is still on operation 1.
+        publish(&mut areas[0], 0x1000);
+        publish(&mut areas[1], 0x2000);
+        areas[0].mark(Counter::Left, 1);
+        for seq in 2..=3 {
+            assert_eq!(areas[0].next_seq(), seq);
+            areas[0].mark(Counter::Left, seq);
+        }
+        publish(&mut areas[0], 0x3000);
+        assert_eq!(areas[1].descriptor(0).send.addr, 0x1000, "rank 1 must still see operation 1's");
+        // Rank 0's next publication would overwrite operation 1's copy: it waits until every
+        // rank has left operation 3.
+        assert_eq!(areas[0].descriptor_guard(), 3);
+        areas[0].next_seq();
+        assert!(!areas[0].descriptor_free().unwrap());
+        for seq in 1..=3 {
+            areas[1].mark(Counter::Left, seq);
+            assert_eq!(areas[0].descriptor_free().unwrap(), seq == 3, "rank 1 left operation {seq}");
+        }
+        // Rank 1 catches up to operation 4 and reads rank 0's second copy.
+        areas[1].next_seq();
+        areas[1].next_seq();
+        publish(&mut areas[1], 0x4000);
+        assert_eq!(areas[1].descriptor(0).send.addr, 0x3000);
+        assert_eq!(areas[1].descriptor(1).send.addr, 0x4000);
+    }
+
     #[test]
     fn descriptors_round_trip_and_claimed_ranges_are_checked() {
         let shared = SharedRef { fd: 7, serial: 3, size: 4096, offset: 1000 };
