@@ -734,11 +734,10 @@ impl NodeArea {
     /// Publishes this rank's buffers, input scalar and block size (before marking `Arrived`).
     pub fn publish(&mut self, send: BufDesc, recv: BufDesc, pre_scalar: Option<[u8; 8]>, block: usize) {
         self.published += 1;
-        let copy = self.desc_copy();
-        self.desc_first[copy] = self.started;
+        self.desc_first[self.desc_copy()] = self.started;
         let w = Descriptor { send, recv, pre_scalar, block: block as u64 }.encode();
         for (i, v) in w.iter().enumerate() {
-            self.ctrl_word(self.rank, DESC_OFFSET + copy * DESC_BYTES + i * 8).store(*v, Ordering::Relaxed);
+            self.ctrl_word(self.rank, self.desc_at(i)).store(*v, Ordering::Relaxed);
         }
     }
 
