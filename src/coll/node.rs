@@ -261,6 +261,9 @@ enum Phase {
     WaitArrived,
     /// Direct: waiting until every rank has written its slice everywhere.
     WaitLeft,
+    /// A broadcast root whose input went through its slot: waiting until every rank has
+    /// announced the operation, to compare its call with theirs before it returns.
+    WaitCalls,
     Done,
 }
 
@@ -315,6 +318,9 @@ pub struct NodeOp {
     draining: Option<Drain>,
     /// Shared broadcast copy: the root has copied its input to its own output.
     own_copied: bool,
+    /// A broadcast root whose input goes through its slot: it has compared its call with
+    /// every rank's.
+    calls_checked: bool,
     /// The call's signature, announced in the area and compared with the peers'.
     sig: OpSig,
 }
@@ -341,6 +347,7 @@ impl NodeOp {
             piece: bytes,
             draining: None,
             own_copied: false,
+            calls_checked: false,
             sig,
         }
     }
@@ -396,6 +403,7 @@ impl NodeOp {
                 _ => behind,
             },
             Phase::WaitLeft => area.behind(Counter::Left, self.seq),
+            Phase::WaitCalls => behind,
         }
     }
 
@@ -1161,19 +1169,39 @@ impl NodeOp {
                 }
                 self.copy_round(area, root)?;
                 area.mark(Counter::Left, self.seq);
+                // A staged root compares calls in the first round in which every rank has
+                // announced its own (each round announces the same call).
+                let staged_root = root == Some(me) && self.stage_send;
+                if staged_root && !self.calls_checked && area.all_reached(Counter::Arrived, self.seq)? {
+                    area.check_peers()?;
+                    self.calls_checked = true;
+                }
                 self.off += self.piece.min(block - self.off);
                 if self.off < block {
                     self.start(area);
                     self.phase = Phase::WaitSlot;
                     continue;
                 }
-                // A sender waits for its readers, unless it is an all-gather's whose input went
-                // through its slot: the slot's and the descriptor's next writers wait for them
-                // (enter_round, begin). A broadcast's root waits regardless, to compare its
-                // call with every receiver's below.
+                // A sender waits for its readers, unless its input went through its slot: the
+                // slot's and the descriptor's next writers wait for them (enter_round, begin).
+                // A broadcast's root still compares its call with every receiver's, so a
+                // staged root waits for their announcements instead (a root mismatch leaves
+                // two roots, neither of which reads the other).
                 let sends = root.is_none_or(|r| r == me);
-                let readers_wait = sends && !(root.is_none() && self.stage_send);
-                self.phase = if readers_wait { Phase::WaitLeft } else { Phase::Done };
+                self.phase = match (sends && !self.stage_send, root == Some(me)) {
+                    (true, _) => Phase::WaitLeft,
+                    (false, true) if !self.calls_checked => Phase::WaitCalls,
+                    (false, true) => Phase::Done,
+                    (false, false) => Phase::Done,
+                };
+            }
+            if self.phase == Phase::WaitCalls {
+                if area.all_reached(Counter::Arrived, self.seq)? {
+                    area.check_peers()?;
+                    self.calls_checked = true;
+                    self.phase = Phase::Done;
+                }
+                return Ok(());
             }
             // Peers read our send buffer until then.
             self.wait_left(area)?;
@@ -2199,7 +2227,7 @@ mod tests {
     /// (which would otherwise wait for ever).
     #[test]
     fn mismatched_calls_are_refused() {
-        use crate::transport::node_area::areas_for_threads;
+        use crate::transport::node_area::{areas_for_threads, areas_for_threads_with, SLOT_BYTES};
         use crate::types::{BuiltinOp, DataType};
         let red = Reduction::builtin(DataType::Int64, BuiltinOp::Sum, 2);
         let sig = |count: usize, root: usize| OpSig::new(1, 4, 1, root, count);
@@ -2262,8 +2290,15 @@ mod tests {
                 "host buffers on rank 0, device buffers on rank 1",
             ),
         ];
-        for (k, (a, b, want)) in cases.into_iter().enumerate() {
-            let mut areas = areas_for_threads(2);
+        // Broadcasts run twice: as threads (the root's buffer read in place) and as processes,
+        // where the input goes through the root's slot and the root returns once every rank has
+        // announced its call: a root mismatch leaves two roots, and both must be told.
+        let runs = cases.into_iter().enumerate().flat_map(|(k, case)| {
+            let twice = matches!(case.0 .0, NodeColl::Broadcast { .. });
+            [(k, case, false)].into_iter().chain(twice.then_some((k, case, true)))
+        });
+        for (k, (a, b, want), as_processes) in runs {
+            let mut areas = if as_processes { areas_for_threads_with(2, SLOT_BYTES, true) } else { areas_for_threads(2) };
             let send = vec![1i64; 4096];
             let (mut out0, mut out1) = (vec![0i64; 4096], vec![0i64; 4096]);
             let mut op0 = NodeOp::new(a.0, a.1, send.as_ptr().cast(), out0.as_mut_ptr().cast(), a.2 * 8, a.3);
@@ -2281,7 +2316,7 @@ mod tests {
                     break;
                 }
             }
-            if matches!(a.0, NodeColl::Gather { .. }) || matches!(b.0, NodeColl::Gather { .. }) {
+            if [a.0, b.0].iter().any(|c| matches!(c, NodeColl::Gather { .. } | NodeColl::Broadcast { .. })) {
                 assert!(e0.is_some() && e1.is_some(), "case {k}: only one rank saw the mismatch: {e0:?} {e1:?}");
             }
             let e = e0.or(e1).unwrap_or_else(|| panic!("case {k}: no rank saw the mismatch"));
@@ -2418,7 +2453,7 @@ mod tests {
         assert!(!poll(&mut rs, 1, &mut areas) && !poll(&mut rs, 0, &mut areas));
         // Rank 2 arrives, and it and rank 0 are done without waiting for rank 1 to read their slots.
         assert!(poll(&mut rs, 2, &mut areas) && poll(&mut rs, 0, &mut areas), "staged ranks waited for their readers");
-        // The broadcast: rank 2 receives it; the root waits for every receiver to leave it.
+        // The broadcast: rank 2 receives it; the root (staged) waits for rank 1 to call it.
         assert!(!poll(&mut bc, 0, &mut areas));
         assert!(poll(&mut bc, 2, &mut areas));
         assert!(!poll(&mut bc, 0, &mut areas));
@@ -2438,6 +2473,68 @@ mod tests {
             assert!(rs_out[r].iter().copied().eq(want_rs), "reduce-scatter, rank {r}");
             assert_eq!(bc_out[r], bc_in, "broadcast, rank {r}");
             assert!(ag_out[r].iter().copied().eq(ag_in.iter().flatten().copied()), "all-gather, rank {r}");
+        }
+    }
+
+    /// A broadcast root whose input went through its slot returns once every rank has
+    /// announced the call, before any receiver copied: 3 ranks as processes, scheduled by hand
+    /// on one thread. The receivers join a broadcast of two rounds and wait for the root; the
+    /// root finishes it and poisons its send buffer; its next broadcast waits for the
+    /// receivers (for the first's slot, and for their calls). The receivers then get both
+    /// messages exactly.
+    #[test]
+    fn staged_broadcast_root_returns_before_its_receivers_copy() {
+        use crate::transport::node_area::areas_for_threads_with;
+        let n = 3;
+        let slot = 16 << 10;
+        let counts = [slot / 8 + 100, 1000]; // two rounds, then one
+        let mut areas = areas_for_threads_with(n, slot, true);
+        let mut scratch: Vec<Vec<u64>> = vec![Vec::new(); n];
+        let value = |k: usize, i: usize| (k * 1_000_000 + i) as i64;
+        let mut sends: Vec<Vec<i64>> = counts.iter().map(|&c| vec![0; c]).collect();
+        let mut outs: Vec<Vec<Vec<i64>>> = counts.iter().map(|&c| vec![vec![-1; c]; n]).collect();
+        let mut ops: Vec<Vec<NodeOp>> = (0..2)
+            .map(|k| {
+                (0..n)
+                    .map(|r| {
+                        let send = if r == 0 { sends[k].as_ptr().cast() } else { std::ptr::null() };
+                        let recv = outs[k][r].as_mut_ptr().cast();
+                        let coll = NodeColl::Broadcast { root: 0 };
+                        NodeOp::new(coll, NodeAlgo::Direct, send, recv, counts[k] * 8, OpSig::NONE)
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut poll = |op: &mut NodeOp, r: usize, areas: &mut Vec<NodeArea>| {
+            for _ in 0..100 {
+                op.progress(&mut areas[r], &mut scratch[r]).unwrap();
+            }
+            op.is_done()
+        };
+        for r in 1..n {
+            assert!(!poll(&mut ops[0][r], r, &mut areas));
+        }
+        sends[0].iter_mut().enumerate().for_each(|(i, v)| *v = value(0, i));
+        assert!(poll(&mut ops[0][0], 0, &mut areas), "the root waited for its receivers to copy");
+        assert!(outs[0][0].iter().enumerate().all(|(i, &v)| v == value(0, i)), "root's own output");
+        sends[0].fill(-7);
+        // The second waits for the receivers: they have not left the first, nor called it.
+        sends[1].iter_mut().enumerate().for_each(|(i, v)| *v = value(1, i));
+        assert!(!poll(&mut ops[1][0], 0, &mut areas), "the root went on before its receivers called");
+        assert_eq!(ops[1][0].waiting_for(&areas[0]), vec![1, 2]);
+        while !(0..2).all(|k| (0..n).all(|r| ops[k][r].is_done())) {
+            for k in 0..2 {
+                for r in 0..n {
+                    if !ops[k][r].is_done() && (k == 0 || ops[k - 1][r].is_done()) {
+                        poll(&mut ops[k][r], r, &mut areas);
+                    }
+                }
+            }
+        }
+        for (k, outs) in outs.iter().enumerate() {
+            for (r, out) in outs.iter().enumerate() {
+                assert!(out.iter().enumerate().all(|(i, &v)| v == value(k, i)), "broadcast {k}, rank {r}");
+            }
         }
     }
 
