@@ -123,6 +123,13 @@ struct Args {
     /// one-time costs of a buffer (huge-page collapse, first touch) fall before the sweep.
     #[arg(long = "warmup-each")]
     warmup_each: bool,
+    /// Before every call (warm-up and timed), each rank that passes an input rewrites it (its
+    /// first element repeated throughout), as an application that computed new data would. The
+    /// rewrite is timed with the calls. Without it, a benchmark's inputs never change, so peers
+    /// that read them in place (ncclMemAlloc buffers) find them in their own caches from the
+    /// call before, which no application whose data changes does.
+    #[arg(long = "fresh-inputs")]
+    fresh_inputs: bool,
     /// Repeat the size sweep this many times (0: forever).
     #[arg(short = 'N', long = "run_cycles", default_value_t = 1)]
     run_cycles: u32,
@@ -278,6 +285,8 @@ struct Plan {
     tiers: Vec<Tier>,
     /// --warmup-each: warm-up calls right before each size's timed loop too.
     warmup_each: bool,
+    /// --fresh-inputs: each rank rewrites its input before every call.
+    fresh_inputs: bool,
     cycles: u32,
     check: u32,
     combine: Combine,
@@ -541,6 +550,7 @@ fn build_plan(args: &Args, nranks: usize) -> Result<Plan, String> {
         warmup: args.warmup_iters,
         tiers: args.tier.clone(),
         warmup_each: args.warmup_each,
+        fresh_inputs: args.fresh_inputs,
         cycles: args.run_cycles,
         check: args.check,
         combine: Combine::from_average(args.average),
@@ -751,6 +761,7 @@ fn run(args: &Args, world: &World, multi_process: bool) -> Result<i32, String> {
                         (if plan.stepfactor > 1 { "step_factor" } else { "step_bytes" }, Json::from(step.0 as i64)),
                         ("warmup_iters", Json::from(plan.warmup as i64)),
                         ("warmup_each", Json::Bool(plan.warmup_each)),
+                        ("fresh_inputs", Json::Bool(plan.fresh_inputs)),
                         ("iterations", Json::from(plan.iters as i64)),
                         (
                             "tiers",
@@ -1019,6 +1030,24 @@ impl Rank<'_> {
         }
     }
 
+    /// --fresh-inputs: rewrites this rank's input for the next call with its first element
+    /// repeated (a valid value of its type, so reductions stay finite). Ranks that pass no
+    /// input (a broadcast's or scatter's non-roots) leave theirs alone.
+    fn rewrite_input(&mut self, dt: Dtype, root: usize, counts: &Counts, in_place: bool) {
+        let rooted = matches!(self.plan.coll, Coll::Broadcast | Coll::Scatter);
+        if !self.plan.fresh_inputs || (rooted && self.rank != root) {
+            return;
+        }
+        let sz = dt.size();
+        let ua = self.plan.unalign * sz;
+        let input = if in_place {
+            self.recv.bytes(ua + counts.send_inplace_offset * self.rank * sz, counts.send * sz)
+        } else {
+            self.send.bytes(ua, counts.send * sz)
+        };
+        refill_with_first(input, sz);
+    }
+
     fn count_wrong(&mut self, chk: &Check, counts: &Counts, in_place: bool) -> u64 {
         if !chk.rank_checks(self.rank) {
             return 0;
@@ -1050,6 +1079,7 @@ impl Rank<'_> {
         self.init_data(&chk, counts, in_place, false);
         // nccl-tests makes one call here; --warmup-each the size's warm-up calls.
         for _ in 0..if plan.warmup_each { warmup.max(1) } else { 1 } {
+            self.rewrite_input(dt, root_u, counts, in_place);
             self.start_coll(dt, op, root, counts, in_place);
         }
         self.world.barrier(self.thread);
@@ -1062,6 +1092,7 @@ impl Rank<'_> {
                 self.fail("ncclGroupStart", ncclGroupStart());
             }
             for _ in 0..plan.agg {
+                self.rewrite_input(dt, root_u, counts, in_place);
                 self.start_coll(dt, op, root, counts, in_place);
             }
             if plan.agg > 1 {
@@ -1200,6 +1231,29 @@ mod tests {
         assert_eq!(schedule(&[tiers[1], tiers[0]], 100, 10, 2 << 20), (20, 5));
         for bad in ["1M:20", "1M:0:5", "1M:x:5", "1M:20:5:1", "1X:20:5", ""] {
             assert!(parse_tier(bad).is_err(), "{bad} accepted");
+        }
+    }
+}
+
+/// Writes `bytes`' first element (of `elem` bytes) over every element: every line of the
+/// buffer is stored to, at memset speed.
+fn refill_with_first(bytes: &mut [u8], elem: usize) {
+    fn fill<T: Copy>(bytes: &mut [u8]) {
+        // SAFETY: called with u16, u32 and u64 only, of which every bit pattern is valid.
+        let (head, words, tail) = unsafe { bytes.align_to_mut::<T>() };
+        assert!(head.is_empty() && tail.is_empty(), "input not aligned to its element size");
+        if let Some(&first) = words.first() {
+            words.fill(first);
+        }
+    }
+    match elem {
+        2 => fill::<u16>(bytes),
+        4 => fill::<u32>(bytes),
+        8 => fill::<u64>(bytes),
+        _ => {
+            if let Some(&first) = bytes.first() {
+                bytes.fill(first);
+            }
         }
     }
 }
