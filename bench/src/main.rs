@@ -1205,6 +1205,29 @@ impl Rank<'_> {
     }
 }
 
+/// Writes `bytes`' first element (of `elem` bytes) over every element: every line of the
+/// buffer is stored to, at memset speed.
+fn refill_with_first(bytes: &mut [u8], elem: usize) {
+    fn fill<T: Copy>(bytes: &mut [u8]) {
+        // SAFETY: called with u16, u32 and u64 only, of which every bit pattern is valid.
+        let (head, words, tail) = unsafe { bytes.align_to_mut::<T>() };
+        assert!(head.is_empty() && tail.is_empty(), "input not aligned to its element size");
+        if let Some(&first) = words.first() {
+            words.fill(first);
+        }
+    }
+    match elem {
+        2 => fill::<u16>(bytes),
+        4 => fill::<u32>(bytes),
+        8 => fill::<u64>(bytes),
+        _ => {
+            if let Some(&first) = bytes.first() {
+                bytes.fill(first);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1233,27 +1256,20 @@ mod tests {
             assert!(parse_tier(bad).is_err(), "{bad} accepted");
         }
     }
-}
 
-/// Writes `bytes`' first element (of `elem` bytes) over every element: every line of the
-/// buffer is stored to, at memset speed.
-fn refill_with_first(bytes: &mut [u8], elem: usize) {
-    fn fill<T: Copy>(bytes: &mut [u8]) {
-        // SAFETY: called with u16, u32 and u64 only, of which every bit pattern is valid.
-        let (head, words, tail) = unsafe { bytes.align_to_mut::<T>() };
-        assert!(head.is_empty() && tail.is_empty(), "input not aligned to its element size");
-        if let Some(&first) = words.first() {
-            words.fill(first);
-        }
-    }
-    match elem {
-        2 => fill::<u16>(bytes),
-        4 => fill::<u32>(bytes),
-        8 => fill::<u64>(bytes),
-        _ => {
-            if let Some(&first) = bytes.first() {
-                bytes.fill(first);
-            }
+    #[test]
+    fn fresh_inputs_repeat_the_first_element_of_every_width() {
+        for elem in [1usize, 2, 4, 8] {
+            let mut words = vec![0u64; 64];
+            let bytes: &mut [u8] = {
+                // SAFETY: u64 storage viewed as bytes (any bit pattern is a valid u8).
+                unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, 64 * 8) }
+            };
+            bytes.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8 + 1);
+            let first = bytes[..elem].to_vec();
+            refill_with_first(&mut bytes[..40 * elem], elem);
+            assert!(bytes[..40 * elem].chunks(elem).all(|c| c == first.as_slice()), "width {elem}");
+            assert_eq!(bytes[40 * elem], (40 * elem) as u8 + 1, "width {elem}: wrote past the input");
         }
     }
 }

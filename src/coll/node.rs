@@ -2298,7 +2298,8 @@ mod tests {
             [(k, case, false)].into_iter().chain(twice.then_some((k, case, true)))
         });
         for (k, (a, b, want), as_processes) in runs {
-            let mut areas = if as_processes { areas_for_threads_with(2, SLOT_BYTES, true) } else { areas_for_threads(2) };
+            let mut areas =
+                if as_processes { areas_for_threads_with(2, SLOT_BYTES, true) } else { areas_for_threads(2) };
             let send = vec![1i64; 4096];
             let (mut out0, mut out1) = (vec![0i64; 4096], vec![0i64; 4096]);
             let mut op0 = NodeOp::new(a.0, a.1, send.as_ptr().cast(), out0.as_mut_ptr().cast(), a.2 * 8, a.3);
