@@ -1312,7 +1312,13 @@ impl NodeOp {
                 PeerBuf::Remote { pid, addr } => {
                     // SAFETY: as above; the slice is our own receive block.
                     let out = unsafe { std::slice::from_raw_parts_mut(dst, len) };
-                    peer_mem::read_remote(pid, addr, out)?;
+                    if root.is_some() && n >= STAGGER_MIN_RANKS {
+                        for piece in staggered_pieces(len, me, n) {
+                            peer_mem::read_remote(pid, addr + piece.start as u64, &mut out[piece])?;
+                        }
+                    } else {
+                        peer_mem::read_remote(pid, addr, out)?;
+                    }
                 }
             }
         }
@@ -1496,6 +1502,31 @@ unsafe fn copy_out(src: &[u8], dst: *mut u8, streaming: bool) {
     let _ = streaming;
     // SAFETY: the caller's contract.
     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+}
+
+/// From this many ranks, broadcast receivers that read the root's buffer by kernel copies
+/// start at different places ([`staggered_pieces`]). The kernel pins each page of a range
+/// (an atomic on the page's count) while it copies it; receivers that all start at the front
+/// pin the same pages at once and queue on those counts, most where the buffer is not on
+/// huge pages. Measured on the 16-core host, 16 ranks, 8 MiB, malloc'd, us, one call for the
+/// message against pieces of 256 KiB staggered, three alternations
+/// (bench/results/bcast-root-return/round107-exp.txt): in an 8 MiB array 3868-4584 against
+/// 2251-2792 (Open MPI 3324-3827 in round 106), in a 32 MiB one 1148-1961 against 993-1381,
+/// 32 MiB 9875-10994 against 9177-10003. At 8 ranks neither wins (2 MiB in a 32 MiB buffer
+/// 201-256 against 206-293, 8 MiB 860-1075 against 880-1322, 32 MiB 7402-9567 against
+/// 7181-8371), so they keep one call.
+const STAGGER_MIN_RANKS: usize = 9;
+/// The pieces of a staggered read ([`STAGGER_MIN_RANKS`]); 1 MiB pieces measured slower at
+/// 16 ranks (8 MiB array 2609-3696 us).
+const STAGGER_PIECE: usize = 256 << 10;
+
+/// The pieces, in order, in which rank `me` of `n` reads a message of `len` bytes that every
+/// rank reads at once: [`STAGGER_PIECE`]s covering it once, starting with the one at `me`'s
+/// share of the message and wrapping around, so that the readers start spread over it.
+fn staggered_pieces(len: usize, me: usize, n: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let pieces = len.div_ceil(STAGGER_PIECE);
+    let first = me * pieces / n.max(1);
+    (first..pieces).chain(0..first).map(move |k| k * STAGGER_PIECE..((k + 1) * STAGGER_PIECE).min(len))
 }
 
 /// The chunk a shared broadcast copy of `bytes` is taken in: halves (whole pages) up to
@@ -1904,6 +1935,66 @@ mod tests {
         use crate::transport::node_area::{areas_for_threads_by_kernel_copies, SLOT_BYTES, SMALL_BYTES};
         mixed_stream(areas_for_threads_by_kernel_copies(3, SLOT_BYTES), |_| 0);
         mixed_stream(areas_for_threads_by_kernel_copies(3, SMALL_BYTES), |r| [0, 4096, STAGE_MAX][r]);
+    }
+
+    #[test]
+    fn staggered_pieces_cover_the_message_once_from_each_rank_s_share() {
+        for len in [1, STAGGER_PIECE - 1, STAGGER_PIECE, 8 * STAGGER_PIECE + 5, 33 * STAGGER_PIECE] {
+            for n in [1, 9, 16] {
+                for me in 0..n {
+                    let pieces: Vec<_> = staggered_pieces(len, me, n).collect();
+                    let mut covered = vec![0u8; len];
+                    pieces.iter().flat_map(|p| p.clone()).for_each(|i| covered[i] += 1);
+                    assert!(covered.iter().all(|&c| c == 1), "len {len}, rank {me} of {n}");
+                    let count = len.div_ceil(STAGGER_PIECE);
+                    assert_eq!(pieces[0].start, me * count / n * STAGGER_PIECE, "len {len}, rank {me} of {n}");
+                }
+            }
+        }
+    }
+
+    /// Broadcasts by kernel copies at [`STAGGER_MIN_RANKS`] ranks (as processes, nothing
+    /// staged): every receiver reads the root's buffer in staggered pieces, and gets it exactly,
+    /// from every root, in and out of place.
+    #[test]
+    fn staggered_kernel_copy_broadcasts_are_exact() {
+        use crate::transport::node_area::{areas_for_threads_by_kernel_copies, SLOT_BYTES};
+        let n = STAGGER_MIN_RANKS;
+        let count = (3 * STAGGER_PIECE + 1000) / 8;
+        on_rank_threads(areas_for_threads_by_kernel_copies(n, SLOT_BYTES), move |me, mut area| {
+            let mut scratch = Vec::new();
+            // Checked after the last broadcast: a rank that stopped early would hang the others.
+            let mut wrong_roots = Vec::new();
+            for (k, root) in [0, n - 1, 4].into_iter().enumerate() {
+                let value = |i: usize| (k * 10_000_000 + root * 100_000 + i) as i64;
+                let input: Vec<i64> = (0..count).map(value).collect();
+                let mut out = if me == root { input.clone() } else { vec![-1i64; count] };
+                let in_place = k == 1;
+                let send = if me != root {
+                    std::ptr::null()
+                } else if in_place {
+                    out.as_ptr()
+                } else {
+                    input.as_ptr()
+                };
+                let mut op = NodeOp::new(
+                    NodeColl::Broadcast { root },
+                    NodeAlgo::Direct,
+                    send.cast(),
+                    out.as_mut_ptr().cast(),
+                    count * 8,
+                    OpSig::NONE,
+                )
+                .with_stage_max(0);
+                while !op.is_done() {
+                    op.progress(&mut area, &mut scratch).unwrap();
+                }
+                if !out.iter().enumerate().all(|(i, &v)| v == value(i)) {
+                    wrong_roots.push(root);
+                }
+            }
+            assert!(wrong_roots.is_empty(), "rank {me}: wrong data from roots {wrong_roots:?}");
+        });
     }
 
     /// Reduce-scatters out of place and in place, one-shot and direct, through slots and not,
