@@ -33,12 +33,15 @@ pub(crate) struct Shape {
     pub recv_len: usize,
     pub sig: OpSig,
     pub stage_max: usize,
+    pub stage_off_huge_max: usize,
 }
 
 impl Shape {
     /// The operation over these buffers.
     pub fn op(&self, send: *const u8, recv: *mut u8) -> NodeOp {
-        NodeOp::new(self.coll, self.algo, send, recv, self.block, self.sig).with_stage_max(self.stage_max)
+        NodeOp::new(self.coll, self.algo, send, recv, self.block, self.sig)
+            .with_stage_max(self.stage_max)
+            .with_stage_off_huge_max(self.stage_off_huge_max)
     }
 }
 
@@ -135,6 +138,7 @@ mod tests {
             recv_len: block,
             sig: OpSig(block as u32),
             stage_max: 0,
+            stage_off_huge_max: 0,
         }
     }
 

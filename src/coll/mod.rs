@@ -360,7 +360,14 @@ fn node_shape(comm: &Comm, req: &OpRequest, layout: &Layout, tuning: &algo::Tuni
     };
     log::debug!(target: "COLL", "{} count {} datatype {} in_place {} algorithm {}", req.op.name(), req.count, req.dtype, layout.in_place, algo.name());
     let oversubscribed = n > crate::topo::usable_cores();
-    let stage_max = tuning.node_stage_max.unwrap_or_else(|| node::default_stage_max(&coll, n, oversubscribed));
+    // FERROCCL_NODE_STAGE_MAX sets one limit, huge pages or not.
+    let (stage_max, stage_off_huge_max) = match tuning.node_stage_max {
+        Some(max) => (max, max),
+        None => (
+            node::default_stage_max(&coll, n, oversubscribed),
+            node::default_stage_off_huge_max(&coll, n, oversubscribed),
+        ),
+    };
     let bufs = &layout.bufs;
     Ok(Some(fast::Shape {
         coll,
@@ -370,6 +377,7 @@ fn node_shape(comm: &Comm, req: &OpRequest, layout: &Layout, tuning: &algo::Tuni
         recv_len: bufs.recv_len,
         sig: layout.sig,
         stage_max,
+        stage_off_huge_max,
     }))
 }
 

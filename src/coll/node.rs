@@ -162,6 +162,21 @@ pub fn default_stage_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -
 }
 /// Bytes reduced at a time: the partial result and one input stay in cache.
 const PIECE: usize = 64 << 10;
+/// Up to which size, above [`default_stage_max`], a rank's buffer still goes through its
+/// slot unless it is on huge pages ([`huge_pages::on_huge_pages`]): kernel copies pay only
+/// there. Broadcasts at 3-8 ranks on the 16-core host (bench/results/bcast-root-return/
+/// round106-kc.txt and round107-exp.txt, us, six launches): 2 MiB by kernel copies in a 32
+/// MiB buffer (huge pages) 201-256 against 513-590 through slots, but in a 2 MiB malloc'd
+/// array (4 KiB pages) 247-1738 against 465-577 (Open MPI 1273-1343). At 16 ranks the
+/// receivers' staggered reads ([`STAGGER_MIN_RANKS`]) keep kernel copies at least as fast as
+/// slots either way (8 MiB array 1628-2348 against 2409-2785): no such range there.
+pub fn default_stage_off_huge_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -> usize {
+    match (coll, nranks) {
+        (NodeColl::Broadcast { .. }, 3..=8) if !oversubscribed => 4 << 20,
+        _ => default_stage_max(coll, nranks, oversubscribed),
+    }
+}
+
 /// Most bytes the root and the receiver of a shared broadcast copy ([`NodeOp::shared_copy`])
 /// take at a time: a system call per chunk costs little next to its copy, and the one left
 /// last keeps one side waiting briefly. Measured on the 2-core VM (2 ranks, us per 2 / 8 /
@@ -309,6 +324,9 @@ pub struct NodeOp {
     /// Direct and pull: this rank's buffers that peers cannot map go through its slot when
     /// they hold at most this many bytes (else peers use kernel copies).
     stage_max: usize,
+    /// Above `stage_max`, buffers of up to this many bytes that are not on huge pages go
+    /// through the slot too ([`default_stage_off_huge_max`]).
+    stage_off_huge_max: usize,
     stage_send: bool,
     stage_recv: bool,
     /// Direct and pull: offset of the current round's piece, and the rounds' piece size.
@@ -341,6 +359,7 @@ impl NodeOp {
             phase: Phase::Start,
             ready: 0,
             stage_max: STAGE_MAX,
+            stage_off_huge_max: 0,
             stage_send: false,
             stage_recv: false,
             off: 0,
@@ -356,6 +375,13 @@ impl NodeOp {
     /// (default [`STAGE_MAX`]).
     pub fn with_stage_max(mut self, stage_max: usize) -> NodeOp {
         self.stage_max = stage_max;
+        self
+    }
+
+    /// Sets the largest buffer that goes through this rank's slot when it is not on huge pages
+    /// (no more than [`NodeOp::with_stage_max`]'s, which holds regardless, by default).
+    pub fn with_stage_off_huge_max(mut self, max: usize) -> NodeOp {
+        self.stage_off_huge_max = max;
         self
     }
 
@@ -675,23 +701,32 @@ impl NodeOp {
             NodeColl::AllGather | NodeColl::ReduceScatter(_) => self.bytes * area.nranks(),
             _ => self.bytes,
         };
-        let stage = |d: &BufDesc, len: usize| {
-            len > 0 && size <= self.stage_max && d.shared.is_none() && !area.peers_share_address_space()
+        let unmappable = |d: &BufDesc, len: usize| len > 0 && d.shared.is_none() && !area.peers_share_address_space();
+        // Staged for want of huge pages (kernel copies of 4 KiB pages are slow): still
+        // prepared for kernel copies below, so that a buffer used again may get huge pages.
+        let off_huge = |addr: *const u8, len: usize| {
+            size > self.stage_max && size <= self.stage_off_huge_max && !huge_pages::on_huge_pages(addr as usize, len)
+        };
+        let stage = |d: &BufDesc, addr: *const u8, len: usize| {
+            unmappable(d, len) && (size <= self.stage_max || off_huge(addr, len))
         };
         // Heap sharing only matters to peers in other processes. The receive buffer goes first:
         // an in-place all-gather's send buffer lies inside it.
         let share_heap = if area.peers_share_address_space() { None } else { share_heap::min_bytes() };
         let mut recv = BufDesc::of_sharing(self.recv, recv_len, share_heap);
         let mut send = BufDesc::of_sharing(self.send, send_len, share_heap);
-        send.staged = stage(&send, send_len);
-        recv.staged = stage(&recv, recv_len);
+        send.staged = stage(&send, self.send, send_len);
+        recv.staged = stage(&recv, self.recv, recv_len);
+        let awaits_huge = |d: &BufDesc| d.staged && size > self.stage_max;
         // Peers in other processes reach the rest of our private buffers by kernel copies,
         // which pin every page they touch: fewer, larger pages make each copy cheaper.
         let (send_reached, recv_reached) = self.bytes_peers_reach(area, send_len, recv_len);
         // (Smaller messages leave at once: no ranges gathered for every small operation.)
         if !area.peers_share_address_space() && send_reached.max(recv_reached) >= huge_pages::MIN_BYTES {
-            let send_range = (!send.staged && send.shared.is_none()).then_some((self.send as usize, send_reached));
-            let recv_range = (!recv.staged && recv.shared.is_none()).then_some((self.recv as usize, recv_reached));
+            let send_range = ((!send.staged || awaits_huge(&send)) && send.shared.is_none())
+                .then_some((self.send as usize, send_reached));
+            let recv_range = ((!recv.staged || awaits_huge(&recv)) && recv.shared.is_none())
+                .then_some((self.recv as usize, recv_reached));
             for (addr, len) in kernel_copy_ranges(send_range, recv_range) {
                 huge_pages::prepare_for_kernel_copies(addr, len);
             }
@@ -1953,6 +1988,50 @@ mod tests {
         }
     }
 
+    /// A broadcast root at 3-8 ranks passes a 2 MiB buffer through its slot while its pages
+    /// are 4 KiB ones, and lets its receivers' kernel copies read it once the buffer was
+    /// collapsed into huge pages on its asking (skipped, saying why, where the kernel has none
+    /// to give). At 16 ranks the size alone decides.
+    #[test]
+    fn broadcast_roots_stage_buffers_off_huge_pages() {
+        use crate::transport::node_area::{areas_for_threads_by_kernel_copies, SLOT_BYTES};
+        let bytes = 2 << 20;
+        let coll = NodeColl::Broadcast { root: 0 };
+        let (max, off_huge) = (default_stage_max(&coll, 3, false), default_stage_off_huge_max(&coll, 3, false));
+        assert!(max < bytes && bytes <= off_huge);
+        assert_eq!(default_stage_off_huge_max(&coll, 16, false), default_stage_max(&coll, 16, false));
+        let staged = |send: *const u8| {
+            let mut areas = areas_for_threads_by_kernel_copies(3, SLOT_BYTES);
+            let mut out = vec![0u8; bytes];
+            let mut op = NodeOp::new(coll, NodeAlgo::Direct, send, out.as_mut_ptr(), bytes, OpSig::NONE)
+                .with_stage_max(max)
+                .with_stage_off_huge_max(off_huge);
+            op.progress(&mut areas[0], &mut Vec::new()).unwrap();
+            assert!(op.phase != Phase::Start, "the root published");
+            op.stage_send
+        };
+        let plain = vec![7u8; bytes];
+        assert!(!huge_pages::on_huge_pages(plain.as_ptr() as usize, bytes) && staged(plain.as_ptr()));
+        let layout = std::alloc::Layout::from_size_align(bytes, bytes).unwrap();
+        // SAFETY: a non-zero size; freed below with the same layout.
+        let huge = unsafe { std::alloc::alloc(layout) };
+        assert!(!huge.is_null());
+        // SAFETY: `bytes` writable bytes at `huge`.
+        unsafe { std::ptr::write_bytes(huge, 7, bytes) };
+        // A buffer of 1 MiB and up is asked for on its second use.
+        for _ in 0..2 {
+            huge_pages::prepare_for_kernel_copies(huge as usize, bytes);
+        }
+        if huge_pages::on_huge_pages(huge as usize, bytes) {
+            assert!(!staged(huge), "a buffer on huge pages went through the slot");
+            assert!(staged(plain.as_ptr()), "the 4 KiB-page buffer still does");
+        } else {
+            eprintln!("huge pages not to be had here: only the 4 KiB-page case checked");
+        }
+        // SAFETY: allocated above with this layout.
+        unsafe { std::alloc::dealloc(huge, layout) };
+    }
+
     /// Broadcasts by kernel copies at [`STAGGER_MIN_RANKS`] ranks (as processes, nothing
     /// staged): every receiver reads the root's buffer in staggered pieces, and gets it exactly,
     /// from every root, in and out of place.
@@ -2603,8 +2682,8 @@ mod tests {
             }
             op.is_done()
         };
-        for r in 1..n {
-            assert!(!poll(&mut ops[0][r], r, &mut areas));
+        for (r, op) in ops[0].iter_mut().enumerate().skip(1) {
+            assert!(!poll(op, r, &mut areas));
         }
         sends[0].iter_mut().enumerate().for_each(|(i, v)| *v = value(0, i));
         assert!(poll(&mut ops[0][0], 0, &mut areas), "the root waited for its receivers to copy");
@@ -2616,9 +2695,10 @@ mod tests {
         assert_eq!(ops[1][0].waiting_for(&areas[0]), vec![1, 2]);
         while !(0..2).all(|k| (0..n).all(|r| ops[k][r].is_done())) {
             for k in 0..2 {
-                for r in 0..n {
-                    if !ops[k][r].is_done() && (k == 0 || ops[k - 1][r].is_done()) {
-                        poll(&mut ops[k][r], r, &mut areas);
+                let (earlier, later) = ops.split_at_mut(k);
+                for (r, op) in later[0].iter_mut().enumerate() {
+                    if !op.is_done() && earlier.last().is_none_or(|prev| prev[r].is_done()) {
+                        poll(op, r, &mut areas);
                     }
                 }
             }

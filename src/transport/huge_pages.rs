@@ -84,6 +84,10 @@ struct CollapseRecord {
     /// prefixes of one buffer) asks only for its new regions. A region freed and mapped
     /// again stays here: it is not asked for again (slower, never wrong).
     asked: BTreeSet<usize>,
+    /// Start of every region the kernel collapsed on our asking (a subset of `asked`): where
+    /// peers' kernel copies find huge pages. Like `asked`, a region freed and mapped again
+    /// stays here (its kernel copies are then as slow as before it was collapsed, never wrong).
+    collapsed: BTreeSet<usize>,
     /// Uses recorded.
     uses: u64,
 }
@@ -164,6 +168,7 @@ impl CollapseRecord {
         }
         if self.asked.len() + missing.len() > MAX_REGIONS {
             self.asked.clear();
+            self.collapsed.clear();
             self.seen.values_mut().for_each(|b| b.done = false);
         }
         let now: Vec<usize> = missing.iter().copied().take(REGIONS_PER_CALL).collect();
@@ -241,6 +246,20 @@ pub fn prepare_for_kernel_copies(addr: usize, len: usize) -> usize {
     collapsed
 }
 
+/// Whether every 2 MiB region under `addr..addr + len` of this process was collapsed into a
+/// huge page on our asking ([`prepare_for_kernel_copies`]), so that peers' kernel copies of
+/// it pin a page per region instead of one per 4 KiB. Regions the kernel made huge by itself
+/// are not known here (false: the caller then picks the path that needs no huge pages).
+pub fn on_huge_pages(addr: usize, len: usize) -> bool {
+    on_huge_pages_in(process_record(), addr, len)
+}
+
+fn on_huge_pages_in(record: &Mutex<CollapseRecord>, addr: usize, len: usize) -> bool {
+    let Some((start, end)) = enclosing_huge_range(addr, len) else { return false };
+    let record = record.lock().unwrap_or_else(|e| e.into_inner());
+    (start..end).step_by(HUGE_PAGE_BYTES).all(|r| record.collapsed.contains(&r))
+}
+
 /// [`prepare_for_kernel_copies`] with the record given (tests keep their own): the bytes
 /// collapsed, or `None` when every region of the buffer was asked for already.
 fn prepare_with(record: &Mutex<CollapseRecord>, addr: usize, len: usize) -> Option<usize> {
@@ -269,7 +288,10 @@ fn prepare_with(record: &Mutex<CollapseRecord>, addr: usize, len: usize) -> Opti
     }
     for (lo, count) in runs(&inside, per_region_calls()) {
         match collapse(lo, count) {
-            Ok(()) => collapsed += count,
+            Ok(()) => {
+                collapsed += count;
+                record().collapsed.extend((0..count).map(|k| lo + k * HUGE_PAGE_BYTES));
+            }
             // The mapping refuses huge pages (MADV_NOHUGEPAGE, PR_SET_THP_DISABLE), or none can
             // be had now: the other regions would fare the same.
             Err(e @ (libc::EINVAL | libc::ENOMEM | libc::EAGAIN)) => {
@@ -516,13 +538,20 @@ mod tests {
         let addr = fenced.addr as usize;
         let record = Mutex::new(CollapseRecord::default());
         assert_eq!(prepare(&record, addr + 8, len - 16), 0, "first use");
+        assert!(!on_huge_pages_in(&record, addr + 8, len - 16), "not asked for yet");
         let collapsed = prepare(&record, addr + 8, len - 16);
         assert!(v.iter().enumerate().all(|(i, &x)| x == value(i)));
         if collapsed == 0 {
+            assert!(!on_huge_pages_in(&record, addr + 8, len - 16), "nothing collapsed, nothing on huge pages");
             eprintln!("huge pages not available here (disabled, old kernel or none free): contents checked only");
             return;
         }
         assert_eq!(collapsed, len, "every region of the mapping");
+        assert!(on_huge_pages_in(&record, addr + 8, len - 16) && on_huge_pages_in(&record, addr + H, 1 << 20));
+        assert!(
+            !on_huge_pages_in(&record, addr + len - (1 << 20), 2 << 20),
+            "a range reaching past the collapsed regions"
+        );
         // The kernel's own account of the mapping.
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
         let header = format!("{addr:x}-{:x} ", addr + len);
