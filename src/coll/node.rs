@@ -1226,8 +1226,7 @@ impl NodeOp {
                 self.phase = match (sends && !self.stage_send, root == Some(me)) {
                     (true, _) => Phase::WaitLeft,
                     (false, true) if !self.calls_checked => Phase::WaitCalls,
-                    (false, true) => Phase::Done,
-                    (false, false) => Phase::Done,
+                    _ => Phase::Done,
                 };
             }
             if self.phase == Phase::WaitCalls {
