@@ -19,6 +19,8 @@
 #                  that one scheduler tick on a shared 2-core host can double.
 #                  Both programs get the same schedule and sweep every size in one invocation,
 #                  in buffers of the largest size.
+#   --fresh-inputs both programs rewrite each rank's input before every call (timed with it), as an
+#                  application with new data would; without it inputs never change between calls
 #   --nccl-tests-warmup  warm up as nccl-tests does (ferroccl-bench: one pass over all sizes before
 #                  the sweep, after which the first sizes timed are cold; ompi_bench: each size
 #                  right before it is timed). Default: both programs do both (ferroccl-bench
@@ -92,6 +94,7 @@ timeout_s=900
 fbench=""
 fextra=(--alloc system)
 both_allocs=0
+fresh=()
 build=1
 keep_logs=0
 warm_alike=1
@@ -118,6 +121,7 @@ while [ $# -gt 0 ]; do
         --no-build) build=0; shift ;;
         --keep-logs) keep_logs=1; shift ;;
         --nccl-tests-warmup) warm_alike=0; shift ;;
+        --fresh-inputs) fresh=(--fresh-inputs); shift ;;
         --report-from) [ $# -ge 2 ] || die "--report-from needs a directory"; report_from=$2; shift 2 ;;
         --host-alloc) fextra=(--alloc system); shift ;;
         --mem-alloc) fextra=(--alloc nccl); shift ;;
@@ -172,6 +176,8 @@ done
 # against 12 in place, bench/results/buffer-size-16core-2026-12-05.md); the pass takes them first.
 fwarm=(); owarm=()
 if [ "$warm_alike" = 1 ]; then fwarm=(--warmup-each); owarm=(--warmup-pass); fi
+# --fresh-inputs: both programs rewrite each rank's input before every call.
+fwarm+=("${fresh[@]}"); owarm+=("${fresh[@]}")
 ftiers=()
 for k in "${!tier_b[@]}"; do ftiers+=(--tier "${tier_b[k]}:${tier_n[k]}:${tier_w[k]}"); done
 
@@ -556,6 +562,9 @@ if cfg:
     P(f"- Iterations (both, timed + warm-up per size): {cfg.get('iters')} + {cfg.get('warmup_iters')}{tiers}; "
       f"{cfg.get('check')} checked call(s) per size, outside the timed loop; time = mean over ranks "
       "(nccl-tests -a 1)")
+    if cfg.get("fresh_inputs"):
+        P("- Inputs (both): each rank rewrites its input before every call, timed with the calls "
+          "(--fresh-inputs), as an application with new data would")
     P("- Warm-up (both): " + ("a pass over all sizes, then each size right before it is timed "
       "(ferroccl-bench --warmup-each, ompi_bench --warmup-pass)" if cfg.get("warmup_pass") else
       "as nccl-tests for ferroccl-bench (one pass before the sweep), each size right before it is "

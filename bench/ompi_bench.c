@@ -63,7 +63,7 @@ struct row {
 static int rank, nranks;
 static int opt_average = 1, opt_check = 1, opt_root = 0;
 static size_t opt_min = 8, opt_max = 256u << 20, opt_factor = 2;
-static int opt_iters = 20, opt_warmup = 5, opt_warmup_pass = 0;
+static int opt_iters = 20, opt_warmup = 5, opt_warmup_pass = 0, opt_fresh_inputs = 0;
 /* Iteration tiers: sizes >= tier_from[k] use tier_iters[k] / tier_warmup[k] (the largest
  * matching tier wins); smaller sizes use -n / -w. */
 #define MAX_TIERS 8
@@ -85,6 +85,7 @@ static void usage(void) {
                 "  --tier S:N:W sizes >= S use N timed and W warm-up iterations; repeatable, the largest\n"
                 "               matching S wins (default 64M:5:2; --big is the same flag)\n"
                 "  --warmup-pass also warm every size up before the sweep (nccl-tests' pass)\n"
+                "  --fresh-inputs each rank rewrites its input before every call (as ferroccl-bench)\n"
                 "  -a   time over ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 1)\n"
                 "  -c   checked calls per size (default 1; 0 = none)\n"
                 "  -r   broadcast root (default 0)\n"
@@ -163,6 +164,8 @@ static void parse_args(int argc, char **argv) {
             tiers_given = 1;
         } else if (!strcmp(a, "--warmup-pass")) {
             opt_warmup_pass = 1;
+        } else if (!strcmp(a, "--fresh-inputs")) {
+            opt_fresh_inputs = 1;
             continue;
         } else if (!strcmp(a, "-a") || !strcmp(a, "--average")) {
             NEED();
@@ -326,13 +329,31 @@ static double combine(double v) {
 
 static unsigned seed_ctr = 1;
 
+/* --fresh-inputs: this rank's input for the next call, its first element written over every
+ * element, as an application with new data would (ferroccl-bench's flag of the same name; timed
+ * with the calls). A broadcast's non-roots pass no input. */
+static void rewrite_input(enum coll c, size_t param, int in_place) {
+    if (!opt_fresh_inputs || (c == BROADCAST && rank != opt_root)) return;
+    float *src = sendbuf;
+    size_t n = (c == REDUCE_SCATTER) ? param * (size_t)nranks : param;
+    if (c == BROADCAST || in_place) src = (c == ALL_GATHER) ? recvbuf + (size_t)rank * param : recvbuf;
+    float first = n ? src[0] : 0;
+    for (size_t i = 0; i < n; i++) src[i] = first;
+}
+
+/* One call with its input rewritten first (--fresh-inputs). */
+static void fresh_call(enum coll c, size_t param, int in_place) {
+    rewrite_input(c, param, in_place);
+    call(c, param, in_place);
+}
+
 static struct measure bench_time(enum coll c, size_t param, int in_place, int iters, int warmup) {
     struct measure m;
     fill(c, param, in_place, 0);
-    for (int i = 0; i < warmup; i++) call(c, param, in_place);
+    for (int i = 0; i < warmup; i++) fresh_call(c, param, in_place);
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
-    for (int i = 0; i < iters; i++) call(c, param, in_place);
+    for (int i = 0; i < iters; i++) fresh_call(c, param, in_place);
     double sec = (MPI_Wtime() - t0) / iters;
     sec = combine(sec);
     bandwidth(c, param, sec, &m.algbw, &m.busbw);
@@ -419,6 +440,7 @@ int main(int argc, char **argv) {
         for (int k = 0; k < ntiers; k++)
             printf("# sizes >= %zu: warmup iters: %d iters: %d\n", tier_from[k], tier_warmup[k], tier_iters[k]);
         printf("# warm-up: each size right before it is timed%s\n", opt_warmup_pass ? ", after a pass over all sizes" : "");
+        if (opt_fresh_inputs) printf("# inputs: each rank rewrites its input before every call (--fresh-inputs)\n");
     }
     char pline[512];
     snprintf(pline, sizeof pline, "#  Rank %2d Pid %6d on %10s [host memory]\n", rank, (int)getpid(), host);
@@ -512,8 +534,8 @@ int main(int argc, char **argv) {
             json_string(f, host);
             fprintf(f, ",\n  \"date\": \"%s\",\n  \"nranks\": %d,\n", date, nranks);
             fprintf(f, "  \"config\": {\"minbytes\": %zu, \"maxbytes\": %zu, \"stepfactor\": %zu, \"iters\": %d, "
-                       "\"warmup_iters\": %d, \"warmup_pass\": %s, \"check\": %d, \"average\": %d, \"root\": %d, \"tiers\": [",
-                    opt_min, opt_max, opt_factor, opt_iters, opt_warmup, opt_warmup_pass ? "true" : "false", opt_check,
+                       "\"warmup_iters\": %d, \"warmup_pass\": %s, \"fresh_inputs\": %s, \"check\": %d, \"average\": %d, \"root\": %d, \"tiers\": [",
+                    opt_min, opt_max, opt_factor, opt_iters, opt_warmup, opt_warmup_pass ? "true" : "false", opt_fresh_inputs ? "true" : "false", opt_check,
                     opt_average, opt_root);
             for (int k = 0; k < ntiers; k++)
                 fprintf(f, "%s{\"from\": %zu, \"iters\": %d, \"warmup_iters\": %d}", k ? ", " : "", tier_from[k],
