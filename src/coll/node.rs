@@ -2009,8 +2009,18 @@ mod tests {
             assert!(op.phase != Phase::Start, "the root published");
             op.stage_send
         };
-        let plain = vec![7u8; bytes];
-        assert!(!huge_pages::on_huge_pages(plain.as_ptr() as usize, bytes) && staged(plain.as_ptr()));
+        // A buffer the record does not know as huge (a freed one it collapsed for another test
+        // may come back at the same address: kept alive, the next allocation lands elsewhere).
+        let mut held = Vec::new();
+        let plain = loop {
+            let v = vec![7u8; bytes];
+            if !huge_pages::on_huge_pages(v.as_ptr() as usize, bytes) {
+                break v;
+            }
+            assert!(held.len() < 16, "no 4 KiB-page buffer found");
+            held.push(v);
+        };
+        assert!(staged(plain.as_ptr()), "a 4 KiB-page buffer went by kernel copies");
         let layout = std::alloc::Layout::from_size_align(bytes, bytes).unwrap();
         // SAFETY: a non-zero size; freed below with the same layout.
         let huge = unsafe { std::alloc::alloc(layout) };
