@@ -277,12 +277,18 @@ static float value(int r, size_t i, unsigned seed) {
     return (float)((r * 7 + i * 13 + seed * 31) % 97);
 }
 
+/* Where this rank's input of a call lies, and its elements (*n): the broadcast's buffer, the
+ * in-place block, or sendbuf. */
+static float *input_of(enum coll c, size_t param, int in_place, size_t *n) {
+    *n = (c == REDUCE_SCATTER) ? param * (size_t)nranks : param;
+    if (c == BROADCAST || in_place) return (c == ALL_GATHER) ? recvbuf + (size_t)rank * param : recvbuf;
+    return sendbuf;
+}
+
 static void fill(enum coll c, size_t param, int in_place, unsigned seed) {
-    float *src = sendbuf;
-    size_t n = (c == REDUCE_SCATTER) ? param * (size_t)nranks : param;
-    if (in_place) src = (c == ALL_GATHER) ? recvbuf + (size_t)rank * param : recvbuf;
+    size_t n;
+    float *src = input_of(c, param, in_place, &n);
     if (c == BROADCAST) {
-        src = recvbuf;
         if (rank != opt_root) { for (size_t i = 0; i < n; i++) recvbuf[i] = -1.0f; return; }
     } else if (!in_place) {
         size_t rn = (c == ALL_GATHER) ? param * (size_t)nranks : param;
@@ -334,9 +340,8 @@ static unsigned seed_ctr = 1;
  * with the calls). A broadcast's non-roots pass no input. */
 static void rewrite_input(enum coll c, size_t param, int in_place) {
     if (!opt_fresh_inputs || (c == BROADCAST && rank != opt_root)) return;
-    float *src = sendbuf;
-    size_t n = (c == REDUCE_SCATTER) ? param * (size_t)nranks : param;
-    if (c == BROADCAST || in_place) src = (c == ALL_GATHER) ? recvbuf + (size_t)rank * param : recvbuf;
+    size_t n;
+    float *src = input_of(c, param, in_place, &n);
     float first = n ? src[0] : 0;
     for (size_t i = 0; i < n; i++) src[i] = first;
 }
