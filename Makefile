@@ -188,12 +188,12 @@ src.build: check-tls check-mpi check-ib
 
 # ---------------------------------------------------------------------- header
 header:
-	$(CARGO) run --release -q -p gen-header $(CARGO_FLAGS) -- $(CURDIR)/include/nccl.h
+	$(CARGO) run --profile quick -q -p gen-header $(CARGO_FLAGS) -- $(CURDIR)/include/nccl.h
 	@echo "regenerated include/nccl.h"
 
 check-header:
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	 $(CARGO) run --release -q -p gen-header $(CARGO_FLAGS) -- "$$tmp/nccl.h"; \
+	 $(CARGO) run --profile quick -q -p gen-header $(CARGO_FLAGS) -- "$$tmp/nccl.h"; \
 	 if [ ! -f include/nccl.h ]; then echo "include/nccl.h is missing: run 'make header' and commit it" >&2; exit 1; fi; \
 	 if diff -u include/nccl.h "$$tmp/nccl.h"; then echo "include/nccl.h is up to date"; \
 	 else echo "include/nccl.h is stale: run 'make header' and commit it" >&2; exit 1; fi
@@ -269,7 +269,7 @@ TEST_ENV = FERROCCL_BUILDDIR=$(BUILDDIR) FERROCCL_SRCDIR=$(CURDIR) CARGO="$(CARG
            MPIRUN=$(MPIRUN) FERROCCL_MPI=$(MPI) TLS_BACKEND=$(strip $(TLS_BACKEND))
 
 test:
-	$(CARGO_ENV)$(CARGO) test --release $(CARGO_FEATURE_ARGS) $(CARGO_FLAGS)
+	$(CARGO_ENV)$(CARGO) test --profile quick $(CARGO_FEATURE_ARGS) $(CARGO_FLAGS)
 
 test-c: src.build
 	$(TEST_ENV) tests/packaging/test-c.sh

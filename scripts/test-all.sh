@@ -2,8 +2,10 @@
 # ferroccl's whole test suite (the README's test command; .ci/run calls it):
 #   cargo fmt --check; cargo clippy -D warnings (default features, openssl3, openssl3+mpi+ib);
 #   make check-header; the layer check (tests/it/layers.rs: no cycle between top-level modules);
-#   cargo test --release --features openssl3,mpi(,ib when pkg-config finds libibverbs); the benchmark's tests
-#   (cargo test --release -p ferroccl-bench --features tls: the encryption canary end to end);
+#   cargo test --profile quick --features openssl3,mpi(,ib when pkg-config finds libibverbs); the
+#   benchmark's tests (cargo test --profile quick -p ferroccl-bench --features tls: the encryption
+#   canary end to end) (quick: release optimisation without LTO, Cargo.toml; the packaging and
+#   MPI steps use the library as `make` builds and installs it, with LTO);
 #   make test-packaging; make test-mpi.
 # Every step runs even when an earlier one failed; a summary table comes last, and the exit
 # status is non-zero when any step failed.
@@ -50,9 +52,9 @@ run_step clippy          "$CARGO" clippy --workspace --all-targets -- -D warning
 run_step clippy-openssl3 "$CARGO" clippy --all-targets --features openssl3 -- -D warnings
 run_step clippy-all      "$CARGO" clippy --workspace --all-targets --features openssl3,mpi$IB_FEATURE,ferroccl-bench/tls -- -D warnings
 run_step check-header    "$MAKE" --no-print-directory check-header
-run_step layers          "$CARGO" test --release --features openssl3,mpi$IB_FEATURE --test it layers::
-run_step cargo-test      "$CARGO" test --release --features openssl3,mpi$IB_FEATURE
-run_step bench-test      "$CARGO" test --release -p ferroccl-bench --features tls
+run_step layers          "$CARGO" test --profile quick --features openssl3,mpi$IB_FEATURE --test it layers::
+run_step cargo-test      "$CARGO" test --profile quick --features openssl3,mpi$IB_FEATURE
+run_step bench-test      "$CARGO" test --profile quick -p ferroccl-bench --features tls
 run_step test-packaging  "$MAKE" --no-print-directory test-packaging
 run_step test-mpi        "$MAKE" --no-print-directory test-mpi
 
