@@ -971,10 +971,22 @@ impl NodeOp {
         // Sized to the slice: the executor hands over a cleared buffer each operation,
         // and zeroing a whole piece per small message costs more than the reduction.
         let remote = inputs.iter().any(|i| matches!(i, PeerBuf::Remote { .. }));
-        let piece =
-            if remote || outputs.iter().any(|o| matches!(o, PeerBuf::Remote { .. })) { REMOTE_PIECE } else { PIECE };
-        let words = piece.min(hi - lo).div_ceil(8);
+        let remote_output = outputs.iter().find_map(|o| match *o {
+            PeerBuf::Remote { addr, .. } => Some(addr),
+            PeerBuf::Direct(_) => None,
+        });
+        let piece = if remote || remote_output.is_some() { REMOTE_PIECE } else { PIECE };
+        // Kernel copies in and out of scratch go at the other end's page offset
+        // (peer_mem::page_matched): room for that.
+        let slack = if remote || remote_output.is_some() { peer_mem::PAGE_MATCH_SLACK } else { 0 };
+        let words = (piece.min(hi - lo) + slack).div_ceil(8);
         scratch.resize(words * (1 + usize::from(remote)), 0);
+        // The accumulator is read into from input 0 when that is remote (start_fold), else
+        // written out to the first remote output.
+        let acc_partner = match inputs[0] {
+            PeerBuf::Remote { addr, .. } => Some(addr),
+            PeerBuf::Direct(_) => remote_output,
+        };
         let (acc_words, in_words) = scratch.split_at_mut(words);
         let acc_all = as_bytes_mut(acc_words);
         let staged_all = as_bytes_mut(in_words);
@@ -990,6 +1002,8 @@ impl NodeOp {
                 // (peers' buffers and slots are other memory, and layout() copies an input
                 // that overlaps it other than in place).
                 unsafe { std::slice::from_raw_parts_mut(self.recv.add(self.off + off), len) }
+            } else if let Some(addr) = acc_partner {
+                peer_mem::page_matched(acc_all, addr + off as u64, len)
             } else {
                 &mut acc_all[..len]
             };
@@ -1117,8 +1131,9 @@ impl NodeOp {
         in_place: bool,
         red: Reduction,
     ) -> Result<()> {
-        let words = PIECE.min(len).div_ceil(8);
-        // An accumulator only in place, staging only for kernel copies.
+        // An accumulator only in place, staging only for kernel copies; either with room to
+        // sit at its kernel copy's page offset (peer_mem::page_matched).
+        let words = (PIECE.min(len) + if remote { peer_mem::PAGE_MATCH_SLACK } else { 0 }).div_ceil(8);
         let acc_words = if in_place { words } else { 0 };
         scratch.resize(acc_words + if remote { words } else { 0 }, 0);
         let (acc_words, in_words) = scratch.split_at_mut(acc_words);
@@ -1127,7 +1142,11 @@ impl NodeOp {
         while off < len {
             let step = PIECE.min(len - off);
             let acc: &mut [u8] = if in_place {
-                &mut acc_all[..step]
+                match inputs[0] {
+                    // start_fold reads input 0 straight into the accumulator.
+                    PeerBuf::Remote { addr, .. } => peer_mem::page_matched(acc_all, addr + off as u64, step),
+                    PeerBuf::Direct(_) => &mut acc_all[..step],
+                }
             } else {
                 // SAFETY: our receive buffer holds `bytes` >= self.off + off + step bytes and
                 // is ours alone; out of place no input lies in it (peers' buffers and slots
@@ -1439,8 +1458,9 @@ unsafe fn start_fold(
                 // SAFETY: as above.
                 PeerBuf::Direct(p1) => unsafe { std::slice::from_raw_parts(p1.add(off), len) },
                 PeerBuf::Remote { pid, addr } => {
-                    peer_mem::read_remote(pid, addr + off as u64, &mut staging[..len])?;
-                    &staging[..len]
+                    let staged = peer_mem::page_matched(staging, addr + off as u64, len);
+                    peer_mem::read_remote(pid, addr + off as u64, staged)?;
+                    staged
                 }
             };
             reductions[1].combine(acc, a, b)?;
@@ -1459,7 +1479,8 @@ unsafe fn start_fold(
 ///
 /// # Safety
 /// Every `PeerBuf::Direct` input must be readable for `off + acc.len()` bytes and not written
-/// while this runs; `staging` must hold at least `acc.len()` bytes when any input is remote.
+/// while this runs; `staging` must hold at least `acc.len() + PAGE_MATCH_SLACK` bytes when any
+/// input is remote (each read lands at its source's page offset, `peer_mem::page_matched`).
 unsafe fn fold_inputs(
     inputs: &[PeerBuf],
     reductions: &[Reduction],
@@ -1475,8 +1496,9 @@ unsafe fn fold_inputs(
             // SAFETY: the caller's contract.
             PeerBuf::Direct(p) => unsafe { std::slice::from_raw_parts(p.add(off), len) },
             PeerBuf::Remote { pid, addr } => {
-                peer_mem::read_remote(pid, addr + off as u64, &mut staging[..len])?;
-                &staging[..len]
+                let staged = peer_mem::page_matched(staging, addr + off as u64, len);
+                peer_mem::read_remote(pid, addr + off as u64, staged)?;
+                staged
             }
         };
         fold(&reductions[r], acc, piece, r == 0)?;

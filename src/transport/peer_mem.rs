@@ -203,6 +203,24 @@ impl PeerMaps {
     }
 }
 
+/// Bytes a staging buffer needs beyond the data it stages for [`page_matched`].
+pub const PAGE_MATCH_SLACK: usize = PAGE_BYTES;
+const PAGE_BYTES: usize = 4096;
+
+/// The `len` bytes of `room` that lie at the same offset within a 4 KiB page as `addr`, the
+/// other end of a kernel copy to or from them. The kernel copies user memory with `rep movsb`,
+/// which AMD Zen cores run at a fifth of their speed when the destination lies 1-31 bytes past
+/// the source modulo 4 KiB (256 KiB `process_vm_readv` pieces on an EPYC: 2.6 against 13.5
+/// GB/s; bench/results/page-offset-2026-12-06.md). malloc puts large blocks 16 bytes into a
+/// page, so a staging buffer from the heap met a page-aligned peer buffer exactly there; at the
+/// source's own page offset no copy meets that window, on any CPU. `room` must hold at least
+/// `len + PAGE_MATCH_SLACK - 1` bytes.
+pub fn page_matched(room: &mut [u8], addr: u64, len: usize) -> &mut [u8] {
+    let skip = (addr as usize).wrapping_sub(room.as_ptr() as usize) % PAGE_BYTES;
+    debug_assert!(skip + len <= room.len(), "staging room of {} bytes for {len} at a page offset", room.len());
+    &mut room[skip..skip + len]
+}
+
 /// Reads `out.len()` bytes at `addr` in process `pid`.
 pub fn read_remote(pid: u32, addr: u64, out: &mut [u8]) -> Result<()> {
     let target = nix::unistd::Pid::from_raw(pid as i32);
@@ -224,6 +242,26 @@ pub fn read_remote(pid: u32, addr: u64, out: &mut [u8]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn page_matched_staging_shares_the_other_end_s_page_offset() {
+        let len = 10_000;
+        let mut room = vec![0u8; len + PAGE_MATCH_SLACK - 1];
+        let start = room.as_ptr() as usize;
+        for addr in [0u64, 8, 16, 31, 32, 4080, 4095, 4096, 0x7f00_0000_1010, u64::MAX - 4095] {
+            let got = page_matched(&mut room, addr, len);
+            assert_eq!(got.len(), len);
+            let at = got.as_ptr() as usize;
+            assert_eq!(at % PAGE_BYTES, addr as usize % PAGE_BYTES, "addr {addr:#x}");
+            assert!(at >= start && at + len <= start + room.len(), "addr {addr:#x} outside the room");
+        }
+        // A read into the matched slice lands there, whatever the room's own offset.
+        let src: Vec<u8> = (0..len).map(|i| i as u8).collect();
+        let dst = page_matched(&mut room[5..], src.as_ptr() as u64, len - 5);
+        read_remote(std::process::id(), src.as_ptr() as u64, dst).unwrap();
+        assert_eq!(dst, &src[..len - 5]);
+        assert_eq!(dst.as_ptr() as usize % PAGE_BYTES, src.as_ptr() as usize % PAGE_BYTES);
+    }
 
     #[test]
     fn shared_allocation_is_located_mapped_again_and_freed() {
