@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
   memset(dst, 2, piece + 16384);
   madvise(src, total, MADV_COLLAPSE); /* best effort: peers' buffers are on huge pages too */
   pid_t me = getpid();
-  const int offsets[] = {0, 8, 16, 24, 32, 40, 48, 56, 64, 128, 1040, 2064, 4104};
+  const int offsets[] = {0, 8, 16, 24, 32, 40, 48, 56, 64, 128, 1040, 2064, 4104}; /* 4104: 8 past, one page on */
   for (size_t k = 0; k < sizeof offsets / sizeof offsets[0]; k++) {
     char *to = dst + offsets[k];
     double kernel = 1e9, user = 1e9;

@@ -212,9 +212,12 @@ const ROUND_SLICE: usize = 128 << 10;
 /// Out-of-place messages from this size on are written out with non-temporal stores: they do
 /// not fit in cache anyway, and a normal store first reads each destination line (a third
 /// memory stream). In place, the destination lines were just read, so normal stores win.
-/// Measured on the 2-core VM, 2 ranks: +10-30% out of place from 32 MiB, nothing at 8 MiB
-/// (still in the last-level cache), and in place 2x slower with streaming.
-const STREAM_MIN: usize = 16 << 20;
+/// Measured on the 2-core VM (an Intel one), 2 ranks: +10-30% out of place from 32 MiB, nothing
+/// at 8 MiB (still in the last-level cache), and in place 2x slower with streaming. At 16 MiB
+/// it lost on both machines measured since (2 ranks, ms, streaming against not; round 115,
+/// bench/results/page-offset-2026-12-06.md): the Intel 16-core host 4.1-5.2 against 3.5-3.6,
+/// the AMD 2-core VM 2.7-3.1 against 2.4-2.5; at 32-64 MiB the two were even there.
+const STREAM_MIN: usize = 32 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeAlgo {
