@@ -213,11 +213,18 @@ const ROUND_SLICE: usize = 128 << 10;
 /// not fit in cache anyway, and a normal store first reads each destination line (a third
 /// memory stream). In place, the destination lines were just read, so normal stores win.
 /// Measured on the 2-core VM (an Intel one), 2 ranks: +10-30% out of place from 32 MiB, nothing
-/// at 8 MiB (still in the last-level cache), and in place 2x slower with streaming. At 16 MiB
-/// it lost on both machines measured since (2 ranks, ms, streaming against not; round 115,
-/// bench/results/page-offset-2026-12-06.md): the Intel 16-core host 4.1-5.2 against 3.5-3.6,
-/// the AMD 2-core VM 2.7-3.1 against 2.4-2.5; at 32-64 MiB the two were even there.
-const STREAM_MIN: usize = 32 << 20;
+/// at 8 MiB (still in the last-level cache), and in place 2x slower with streaming. Two ranks
+/// start at 32 MiB: at 16 MiB streaming lost on both machines measured since (ms, streaming
+/// against not; round 115, bench/results/page-offset-2026-12-06.md): the Intel 16-core host
+/// 4.1-5.2 against 3.5-3.6, the AMD 2-core VM 2.7-3.1 against 2.4-2.5 (at 32-64 MiB even).
+/// At 16 ranks it won there (9.5-10.0 against 10.5-12.3), at 8 the two overlapped.
+fn stream_min(nranks: usize) -> usize {
+    if nranks <= 2 {
+        32 << 20
+    } else {
+        16 << 20
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeAlgo {
@@ -965,7 +972,7 @@ impl NodeOp {
         let outputs: Vec<PeerBuf> =
             (0..n).map(|r| if r == me { own(self.recv) } else { self.round_buf(area, r, 1) }).collect();
         let streaming: Vec<bool> = (0..n)
-            .map(|r| self.bytes >= STREAM_MIN && !area.peer_in_place(r) && (r == me || !area.peer_staged(r, 1)))
+            .map(|r| self.bytes >= stream_min(n) && !area.peer_in_place(r) && (r == me || !area.peer_staged(r, 1)))
             .collect();
         // Each input is scaled by its own rank's PreMulSum scalar.
         let reductions: Vec<Reduction> =
