@@ -985,10 +985,11 @@ impl NodeOp {
             PeerBuf::Remote { addr, .. } => Some(addr),
             PeerBuf::Direct(_) => None,
         });
-        let piece = if remote || remote_output.is_some() { REMOTE_PIECE } else { PIECE };
+        let kernel_copies = remote || remote_output.is_some();
+        let piece = if kernel_copies { REMOTE_PIECE } else { PIECE };
         // Kernel copies in and out of scratch go at the other end's page offset
         // (peer_mem::page_matched): room for that.
-        let slack = if remote || remote_output.is_some() { peer_mem::PAGE_MATCH_SLACK } else { 0 };
+        let slack = if kernel_copies { peer_mem::PAGE_MATCH_SLACK } else { 0 };
         let words = (piece.min(hi - lo) + slack).div_ceil(8);
         scratch.resize(words * (1 + usize::from(remote)), 0);
         // The accumulator is read into from input 0 when that is remote (start_fold), else
