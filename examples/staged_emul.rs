@@ -25,8 +25,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use ferroccl::coll::progressive::{reached, Pieces, StageProgress, MAX_PIECES};
-use ferroccl::coll::{run_one, run_progressive, CollOp, OpRequest};
+use ferroccl::coll::progressive::{reached, Pieces, StageProgress, FLAG_WORDS, MAX_PIECES};
+use ferroccl::coll::{run_one, run_progressive, staged_orders, CollOp, OpRequest};
 use ferroccl::cuda::memory::MemKind;
 use ferroccl::cuda::stream::Stream;
 use ferroccl::ffi::init::{ncclCommDestroy, ncclCommInitRank, ncclGetUniqueId};
@@ -75,9 +75,9 @@ fn staged_once(
 ) {
     let (device_send, staging_send, staging_recv, device_recv) = bufs;
     let bytes = device_send.len() * 4;
-    let flags: Vec<AtomicU32> = (0..2 * MAX_PIECES).map(|_| AtomicU32::new(0)).collect();
+    let flags: Vec<AtomicU32> = (0..FLAG_WORDS).map(|_| AtomicU32::new(0)).collect();
     let pieces = Pieces::new(bytes, piece, 4);
-    // SAFETY: `flags` holds 2 * MAX_PIECES atomics and outlives every use (the scope below).
+    // SAFETY: `flags` holds FLAG_WORDS atomics and outlives every use (the scope below).
     let stage = unsafe { StageProgress::new(flags.as_ptr() as *mut u8, seq, pieces, pieces) };
     stage.reset();
     let req = OpRequest {
@@ -86,19 +86,21 @@ fn staged_once(
         device_call: true,
         ..*base
     };
+    // The stream's orders: input in the order the plan reads it, output as the plan finishes it.
+    let (landing, going_back) = staged_orders(comm, &req, pieces, pieces);
     let (from, to) = (device_send.as_ptr() as usize, staging_send.as_mut_ptr() as usize);
     let (back_from, back_to) = (staging_recv.as_ptr() as usize, device_recv.as_mut_ptr() as usize);
     std::thread::scope(|s| {
         let flags = &flags;
         s.spawn(move || {
-            for (k, landed) in flags.iter().enumerate().take(pieces.count()) {
+            for k in landing {
                 let (a, b) = pieces.range(k);
                 copy_at_rate(from + a, to + a, b - a, gbps);
-                landed.store(seq, Ordering::Release);
+                flags[k].store(seq, Ordering::Release);
             }
         });
         s.spawn(move || {
-            for k in 0..pieces.count() {
+            for k in going_back {
                 while !reached(flags[MAX_PIECES + k].load(Ordering::Acquire), seq) {
                     // A copy engine notices a released piece within microseconds; a sleep
                     // would take tens (timer slack) and add them to every operation.
@@ -125,9 +127,9 @@ fn landed_once(
     seq: u32,
     piece: usize,
 ) {
-    let flags: Vec<AtomicU32> = (0..2 * MAX_PIECES).map(|_| AtomicU32::new(0)).collect();
+    let flags: Vec<AtomicU32> = (0..FLAG_WORDS).map(|_| AtomicU32::new(0)).collect();
     let pieces = Pieces::new(staging_send.len() * 4, piece, 4);
-    // SAFETY: `flags` holds 2 * MAX_PIECES atomics and outlives the call.
+    // SAFETY: `flags` holds FLAG_WORDS atomics and outlives the call.
     let stage = unsafe { StageProgress::new(flags.as_ptr() as *mut u8, seq, pieces, pieces) };
     stage.reset();
     flags.iter().take(pieces.count()).for_each(|f| f.store(seq, Ordering::Release));

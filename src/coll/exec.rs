@@ -66,20 +66,21 @@ struct WorkState {
     done: Vec<bool>,
     remaining: usize,
     scratch: Vec<u64>,
-    /// Staged input known landed, in bytes (refreshed from the flags when a step needs more).
-    landed: usize,
+    /// Staged input pieces known landed, as a mask (refreshed from the flags when a step
+    /// needs more).
+    landed: u32,
     /// Per staged output piece, the steps still to write it.
     writers: Vec<u32>,
     /// With TRACE logging: when staged input was seen landed and output pieces released.
     stage_log: Vec<StageEvent>,
 }
 
-/// A staged-buffer event (TRACE): bytes seen landed, an output piece released, a send or
+/// A staged-buffer event (TRACE): input pieces seen landed, an output piece released, a send or
 /// receive step posted or completed, or a sleep of the executor waiting for its sockets.
 #[derive(Clone, Copy, Debug)]
 enum StageEvent {
     Landed {
-        bytes: usize,
+        pieces: u32,
         at: Instant,
     },
     Released {
@@ -182,7 +183,7 @@ fn log_stage_events(comms: &[CommWork<'_>], states: &[CommState], started: Insta
                 .stage_log
                 .iter()
                 .map(|e| match e {
-                    StageEvent::Landed { bytes, at } => format!("L{}K@{}", bytes >> 10, us(at)),
+                    StageEvent::Landed { pieces, at } => format!("L{pieces:x}@{}", us(at)),
                     StageEvent::Released { piece, at } => format!("R{piece}@{}", us(at)),
                     StageEvent::Posted { send, step, at, cpu } => {
                         format!("{}{step}@{}c{cpu}", if *send { "S" } else { "V" }, us(at))
@@ -408,6 +409,9 @@ fn run_to_completion(comms: &mut [CommWork<'_>], states: &mut [CommState], pool:
             if cw.links.interrupt().is_set() {
                 return Err(crate::interrupt::aborted(&format!("operation on rank {}", cw.rank)));
             }
+            if cw.works.iter().any(|w| w.stage.as_ref().is_some_and(StageProgress::abandoned)) {
+                return Err(Error::internal("the staged input's copies could not all be queued on the stream"));
+            }
         }
         let mark = || comms.iter().fold(0u64, |m, cw| m.wrapping_add(cw.links.progress_mark()));
         if let Some(idle) = watch.idle(mark) {
@@ -608,14 +612,14 @@ fn can_start(work: &Work, ws: &mut WorkState, s: usize, gated: &mut bool) -> boo
         return false;
     }
     let Some(stage) = &work.stage else { return true };
-    let needed = StageProgress::input_needed(&work.plan.steps[s].step);
-    if needed > ws.landed {
-        let landed = stage.landed_bytes();
-        if landed > ws.landed && tracing_stages() {
-            ws.stage_log.push(StageEvent::Landed { bytes: landed, at: Instant::now() });
+    let needed = stage.input_needed(&work.plan.steps[s].step);
+    if needed & !ws.landed != 0 {
+        let landed = stage.landed_mask();
+        if landed != ws.landed && tracing_stages() {
+            ws.stage_log.push(StageEvent::Landed { pieces: landed, at: Instant::now() });
         }
         ws.landed = landed;
-        if needed > ws.landed {
+        if needed & !ws.landed != 0 {
             *gated = true;
             return false;
         }

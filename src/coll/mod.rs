@@ -274,6 +274,25 @@ pub fn run_progressive(comm: &Arc<Comm>, req: &OpRequest, stage: progressive::St
     exec::execute(&mut [CommWork { rank: comm.rank, links: &mut links, works: vec![work] }])
 }
 
+/// The orders in which a staged operation's input pieces are copied in and its output pieces
+/// copied back: the order its plan reads and finishes them ([`progressive::input_order`],
+/// [`progressive::output_order`]). A node-level operation starts once all of its input has
+/// landed and releases its output at once, so buffer order is as good as any; so it is when
+/// the request cannot be planned (the worker reports that).
+pub fn staged_orders(
+    comm: &Comm,
+    req: &OpRequest,
+    input: progressive::Pieces,
+    output: progressive::Pieces,
+) -> (Vec<usize>, Vec<usize>) {
+    match tuning().and_then(|t| prepare(comm, req, t)) {
+        Ok(work) if work.node.is_none() => {
+            (progressive::input_order(&work.plan, input), progressive::output_order(&work.plan, output))
+        }
+        _ => ((0..input.count()).collect(), (0..output.count()).collect()),
+    }
+}
+
 /// Turns a request into a plan over its buffers.
 fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Result<Work> {
     let layout = layout(comm, req)?;

@@ -9,9 +9,15 @@
 //! plan step that writes it has completed; the stream copies each released piece back while
 //! the engine works on the rest.
 //!
+//! The stream copies the input pieces in the order the plan reads them ([`input_order`]) and
+//! waits for the output pieces in the order the plan finishes them ([`output_order`]): in a
+//! ring each rank first sends its own block, which for all but rank 0 does not start at
+//! offset 0, and the block it reduces last is not the one at the end.
+//!
 //! Flags are 32-bit words in pinned host memory that hold the operation's sequence number
 //! once set (older numbers before): the stream writes the landed flags and waits for the
-//! released ones with stream memory operations, in order, one stream per operation.
+//! released ones with stream memory operations, one stream per operation. A last word marks
+//! the operation abandoned when the caller could not queue all of its input.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -20,8 +26,12 @@ use super::plan::{BufId, LocalOp, Plan, RecvAction, Slice, Step};
 /// Pieces of one buffer at most (and flags of each kind).
 pub const MAX_PIECES: usize = 16;
 
-/// Bytes of the flag block: `MAX_PIECES` landed flags, then `MAX_PIECES` released flags.
-pub const FLAG_BYTES: usize = 8 * MAX_PIECES;
+/// Words of the flag block: `MAX_PIECES` landed flags, `MAX_PIECES` released flags, then the
+/// abandoned mark.
+pub const FLAG_WORDS: usize = 2 * MAX_PIECES + 1;
+
+/// Bytes of the flag block.
+pub const FLAG_BYTES: usize = 4 * FLAG_WORDS;
 
 /// A buffer of `len` bytes cut into pieces of `piece` bytes (the last may be shorter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +57,52 @@ impl Pieces {
     pub fn range(&self, k: usize) -> (usize, usize) {
         (k * self.piece, ((k + 1) * self.piece).min(self.len))
     }
+
+    /// Every piece, as a mask (bit k: piece k).
+    fn all(&self) -> u32 {
+        ((1u64 << self.count()) - 1) as u32
+    }
+
+    /// The pieces `s` overlaps (none if it is empty).
+    fn touched_by(&self, s: &Slice) -> std::ops::Range<usize> {
+        if s.len == 0 || self.len == 0 {
+            return 0..0;
+        }
+        s.offset / self.piece..((s.end() - 1) / self.piece + 1).min(self.count())
+    }
+
+    fn mask_of(&self, s: &Slice) -> u32 {
+        self.touched_by(s).fold(0, |m, k| m | 1 << k)
+    }
+}
+
+/// The order to copy the input pieces in: by the first plan step that reads each (pieces no
+/// step reads last, in place order), so that the engine's first steps find theirs landed.
+pub fn input_order(plan: &Plan, input: Pieces) -> Vec<usize> {
+    let mut first = vec![usize::MAX; input.count()];
+    for (i, planned) in plan.steps.iter().enumerate().rev() {
+        for s in send_slices(&planned.step).iter().flatten() {
+            input.touched_by(s).for_each(|k| first[k] = i);
+        }
+    }
+    let mut order: Vec<usize> = (0..input.count()).collect();
+    order.sort_by_key(|&k| first[k]);
+    order
+}
+
+/// The order to wait for the output pieces in and copy them back: by the last plan step that
+/// writes each (pieces no step writes, released at the start, first), which is about the
+/// order the engine releases them.
+pub fn output_order(plan: &Plan, output: Pieces) -> Vec<usize> {
+    let mut last = vec![None; output.count()];
+    for (i, planned) in plan.steps.iter().enumerate() {
+        if let Some(s) = written(&planned.step) {
+            output.touched_by(&s).for_each(|k| last[k] = Some(i));
+        }
+    }
+    let mut order: Vec<usize> = (0..output.count()).collect();
+    order.sort_by_key(|&k| last[k]);
+    order
 }
 
 /// `a` has reached `b` in sequence-number order (wrapping).
@@ -80,14 +136,14 @@ impl StageProgress {
     }
 
     fn word(&self, index: usize) -> &AtomicU32 {
-        debug_assert!(index < 2 * MAX_PIECES);
-        // SAFETY: `new`'s contract: 2 * MAX_PIECES aligned words, alive while self is used.
+        debug_assert!(index < FLAG_WORDS);
+        // SAFETY: `new`'s contract: FLAG_WORDS aligned words, alive while self is used.
         unsafe { &*self.flags.add(index) }
     }
 
     /// Marks every flag of this operation unset (before the stream is given any of them).
     pub fn reset(&self) {
-        for i in 0..2 * MAX_PIECES {
+        for i in 0..FLAG_WORDS {
             self.word(i).store(self.seq.wrapping_sub(1), Ordering::Relaxed);
         }
     }
@@ -104,19 +160,30 @@ impl StageProgress {
         self.seq
     }
 
-    /// Bytes of input landed, from the start (one stream copies the pieces in order).
-    pub fn landed_bytes(&self) -> usize {
-        let n = self.input.count();
-        let k = (0..n).take_while(|&k| reached(self.word(k).load(Ordering::Acquire), self.seq)).count();
-        if k == n {
-            self.input.len
-        } else {
-            k * self.input.piece
-        }
+    /// The input pieces landed, as a mask (bit k: piece k).
+    pub fn landed_mask(&self) -> u32 {
+        (0..self.input.count())
+            .filter(|&k| reached(self.word(k).load(Ordering::Acquire), self.seq))
+            .fold(0, |m, k| m | 1 << k)
     }
 
     pub fn all_landed(&self) -> bool {
-        self.landed_bytes() == self.input.len
+        self.landed_mask() == self.input.all()
+    }
+
+    /// The input pieces a step reads or writes, which must have landed before it starts.
+    pub fn input_needed(&self, step: &Step) -> u32 {
+        send_slices(step).iter().flatten().fold(0, |m, s| m | self.input.mask_of(s))
+    }
+
+    /// Marks the operation abandoned: some of its input will never land (the caller could not
+    /// queue its copy), so the engine must give up rather than wait for it.
+    pub fn abandon(&self) {
+        self.word(2 * MAX_PIECES).store(self.seq, Ordering::Release);
+    }
+
+    pub fn abandoned(&self) -> bool {
+        reached(self.word(2 * MAX_PIECES).load(Ordering::Acquire), self.seq)
     }
 
     fn release(&self, k: usize) {
@@ -161,18 +228,10 @@ impl StageProgress {
         released
     }
 
-    /// Bytes of input that must have landed before a step may start (it touches them).
-    pub fn input_needed(step: &Step) -> usize {
-        send_extent(step)
-    }
-
-    fn for_pieces_of(&self, s: &Slice, mut f: impl FnMut(usize)) {
-        if s.buf != BufId::Recv || s.len == 0 || self.output.len == 0 {
-            return;
+    fn for_pieces_of(&self, s: &Slice, f: impl FnMut(usize)) {
+        if s.buf == BufId::Recv {
+            self.output.touched_by(s).for_each(f);
         }
-        let first = s.offset / self.output.piece;
-        let last = (s.end() - 1) / self.output.piece;
-        (first..=last.min(self.output.count() - 1)).for_each(&mut f);
     }
 }
 
@@ -187,8 +246,8 @@ fn written(step: &Step) -> Option<Slice> {
     (s.buf == BufId::Recv).then_some(s)
 }
 
-/// End of the send-buffer bytes a step reads or writes (0: none).
-fn send_extent(step: &Step) -> usize {
+/// The send-buffer slices a step reads or writes.
+fn send_slices(step: &Step) -> [Option<Slice>; 2] {
     let slices: [Option<Slice>; 2] = match *step {
         Step::Send { src, .. } => [Some(src), None],
         Step::Recv { dst, action: RecvAction::Combine { local }, .. } => [Some(dst), Some(local)],
@@ -196,7 +255,7 @@ fn send_extent(step: &Step) -> usize {
         Step::Local(LocalOp::Copy { src, dst } | LocalOp::Prepare { src, dst }) => [Some(src), Some(dst)],
         Step::Local(LocalOp::Finalize { buf }) => [Some(buf), None],
     };
-    slices.iter().flatten().filter(|s| s.buf == BufId::Send && s.len > 0).map(Slice::end).max().unwrap_or(0)
+    slices.map(|s| s.filter(|s| s.buf == BufId::Send && s.len > 0))
 }
 
 #[cfg(test)]
@@ -207,10 +266,10 @@ mod tests {
 
     impl Block {
         fn new() -> Block {
-            Block((0..2 * MAX_PIECES).map(|_| AtomicU32::new(0)).collect())
+            Block((0..FLAG_WORDS).map(|_| AtomicU32::new(0)).collect())
         }
         fn progress(&self, seq: u32, input: Pieces, output: Pieces) -> StageProgress {
-            // SAFETY: the block holds 2 * MAX_PIECES atomics and outlives the value in the test.
+            // SAFETY: the block holds FLAG_WORDS atomics and outlives the value in the test.
             let p = unsafe { StageProgress::new(self.0.as_ptr() as *mut u8, seq, input, output) };
             p.reset();
             p
@@ -236,20 +295,25 @@ mod tests {
     }
 
     #[test]
-    fn input_lands_in_order_and_only_for_this_operation() {
+    fn input_lands_piece_by_piece_and_only_for_this_operation() {
         let b = Block::new();
         let input = Pieces { piece: 100, len: 250 };
         let p = b.progress(7, input, Pieces { piece: 100, len: 0 });
-        assert_eq!(p.landed_bytes(), 0);
-        b.land(1, 7); // out of order: piece 0 still missing
-        assert_eq!(p.landed_bytes(), 0);
+        assert_eq!(p.landed_mask(), 0);
+        b.land(1, 7); // before piece 0: the pieces land in the plan's order, not the buffer's
+        assert_eq!(p.landed_mask(), 0b010);
         b.land(0, 6); // an older operation's flag is not this one's
-        assert_eq!(p.landed_bytes(), 0);
+        assert_eq!(p.landed_mask(), 0b010);
         b.land(0, 7);
-        assert_eq!(p.landed_bytes(), 200);
+        assert!(!p.all_landed());
         b.land(2, 7);
         assert!(p.all_landed());
-        assert_eq!(p.landed_bytes(), 250);
+        assert!(!p.abandoned());
+        p.abandon();
+        assert!(p.abandoned());
+        // The next operation on the same flags starts with nothing landed and not abandoned.
+        let next = b.progress(8, input, Pieces { piece: 100, len: 0 });
+        assert_eq!((next.landed_mask(), next.abandoned()), (0, false));
     }
 
     #[test]
@@ -276,14 +340,43 @@ mod tests {
     }
 
     #[test]
-    fn steps_need_the_send_bytes_they_touch() {
+    fn steps_need_the_input_pieces_they_touch() {
+        let b = Block::new();
+        let p = b.progress(1, Pieces { piece: 100, len: 250 }, Pieces { piece: 100, len: 250 });
         let send = |o, l| Slice::new(BufId::Send, o, l);
         let recv = |o, l| Slice::new(BufId::Recv, o, l);
-        assert_eq!(StageProgress::input_needed(&Step::Send { peer: 1, src: send(100, 50) }), 150);
-        assert_eq!(StageProgress::input_needed(&Step::Send { peer: 1, src: recv(100, 50) }), 0);
-        let combine = Step::Recv { peer: 1, dst: recv(0, 10), action: RecvAction::Combine { local: send(40, 10) } };
-        assert_eq!(StageProgress::input_needed(&combine), 50);
+        assert_eq!(p.input_needed(&Step::Send { peer: 1, src: send(100, 50) }), 0b010);
+        assert_eq!(p.input_needed(&Step::Send { peer: 1, src: send(150, 100) }), 0b110);
+        assert_eq!(p.input_needed(&Step::Send { peer: 1, src: recv(100, 50) }), 0);
+        assert_eq!(p.input_needed(&Step::Send { peer: 1, src: send(100, 0) }), 0);
+        let combine = Step::Recv { peer: 1, dst: recv(0, 10), action: RecvAction::Combine { local: send(240, 10) } };
+        assert_eq!(p.input_needed(&combine), 0b100);
         let prep = Step::Local(LocalOp::Prepare { src: send(0, 64), dst: recv(0, 64) });
-        assert_eq!(StageProgress::input_needed(&prep), 64);
+        assert_eq!(p.input_needed(&prep), 0b001);
+    }
+
+    /// A 2-rank ring all-reduce as rank 1 plans it: send its own half (the upper one), then
+    /// combine the peer's lower half with its own, then receive the reduced upper half.
+    #[test]
+    fn pieces_go_in_the_order_the_plan_reads_and_finishes_them() {
+        let send = |o, l| Slice::new(BufId::Send, o, l);
+        let recv = |o, l| Slice::new(BufId::Recv, o, l);
+        let mut plan = Plan::new("ring");
+        let s0 = plan.send(0, send(200, 200), &[]);
+        let c = plan.recv(0, recv(0, 200), RecvAction::Combine { local: send(0, 200) }, &[]);
+        plan.send(0, recv(0, 200), &[c]);
+        plan.recv(0, recv(200, 200), RecvAction::Copy, &[s0]);
+        let pieces = Pieces { piece: 100, len: 400 };
+        assert_eq!(input_order(&plan, pieces), vec![2, 3, 0, 1]);
+        assert_eq!(output_order(&plan, pieces), vec![0, 1, 2, 3]);
+        // Output: the combined lower half is final first; a piece nothing writes goes first.
+        let mut plan = Plan::new("ring");
+        plan.recv(0, recv(200, 100), RecvAction::Copy, &[]);
+        plan.recv(0, recv(0, 200), RecvAction::Copy, &[]);
+        assert_eq!(output_order(&plan, pieces), vec![3, 2, 0, 1]);
+        // Input no step reads goes last, in place order.
+        let mut plan = Plan::new("one");
+        plan.send(0, send(300, 100), &[]);
+        assert_eq!(input_order(&plan, pieces), vec![3, 0, 1, 2]);
     }
 }

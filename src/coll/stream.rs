@@ -303,6 +303,9 @@ fn wait_ready(shared: &Shared, job: &Job) -> Result<()> {
         if job.by_comm.iter().any(|(c, _)| c.state() == CommState::Aborted) {
             return Err(Error::invalid_usage("communicator was aborted"));
         }
+        if job.progress.as_ref().is_some_and(StageProgress::abandoned) {
+            return Err(Error::internal("queuing the device operation on its stream failed (see the caller's error)"));
+        }
         spins += 1;
         if spins < 2000 {
             std::hint::spin_loop();
@@ -547,9 +550,12 @@ fn worth_pieces((send_len, recv_len): (usize, usize), piece: usize) -> bool {
 }
 
 /// Queues one operation piece by piece ([`progressive`]): its ready flag, then each input
-/// piece's copy and landed flag; then, per output piece, a wait for its released flag and its
-/// copy back; last a wait for the whole job and the out flag. The worker runs the operation
-/// once, starting each step when the input it reads has landed.
+/// piece's copy and landed flag, in the order its plan reads them; then, per output piece in
+/// the order the plan finishes them, a wait for its released flag and its copy back; last a
+/// wait for the whole job and the out flag. The worker runs the operation once, starting each
+/// step when the input it reads has landed. It gets the job before the copies are queued
+/// (queuing them takes tens of microseconds, and waking the worker as long), and gives up if
+/// queuing them fails part-way.
 fn enqueue_progressive(w: &Worker, comm: Arc<Comm>, req: OpRequest, piece: usize) -> Result<u32> {
     let began = crate::debug::wall_us();
     let shared = &w.shared;
@@ -574,46 +580,53 @@ fn enqueue_progressive(w: &Worker, comm: Arc<Comm>, req: OpRequest, piece: usize
     host.send = send_stage.as_ref().map_or(std::ptr::null(), |s| s.mem.as_ptr() as *const u8);
     host.recv = recv_stage.as_ref().map_or(std::ptr::null_mut(), |s| s.mem.as_ptr());
     host.pre_device = scalar_stage.as_ref().map(|s| s.mem.as_ptr() as usize);
+    // The plan the worker will follow (the same call on the same request: the same plan).
+    let (input_order, output_order) = super::staged_orders(&comm, &host, input, output);
     let order = MatesOrder::count(&[(comm.clone(), req)]);
-    // The copies below: the staging buffers are kept (by the job, then the pool's busy marks)
-    // until the stream has passed the out flag; the device sides are the caller's buffers,
-    // valid per the API contract; the ranges lie within both (Pieces cover exactly the
-    // buffer's length).
-    let queued_in = (|| -> Result<()> {
-        if let (Some(at), Some(s)) = (req.pre_device, &scalar_stage) {
-            // SAFETY: see above; `at` is the caller's device scalar of one element.
-            unsafe { stream.copy(s.mem.as_ptr(), at as *const u8, es)? };
-        }
-        stream.write_flag(shared.flags.ready_addr(slot), seq)?;
-        if let Some(s) = &send_stage {
-            for k in 0..input.count() {
-                let (a, b) = input.range(k);
-                // SAFETY: see above.
-                unsafe { stream.copy(s.mem.as_ptr().wrapping_add(a), req.send.wrapping_add(a), b - a)? };
-                stream.write_flag(flags_dev + StageProgress::landed_offset(k) as u64, seq)?;
-            }
-        }
-        Ok(())
-    })();
+    let send_base = send_stage.as_ref().map(|s| s.mem.as_ptr());
     let recv_base = recv_stage.as_ref().map(|s| s.mem.as_ptr());
+    let scalar_base = scalar_stage.as_ref().map(|s| s.mem.as_ptr());
     shared.submitted.store(seq, Ordering::Relaxed);
     let job = Job {
         seq,
         by_comm: vec![(comm, vec![host])],
         slots: vec![slot],
         staging: [send_stage, recv_stage, scalar_stage, Some(flag_stage)].into_iter().flatten().collect(),
-        abandoned: queued_in.is_err(),
+        abandoned: false,
         progress: Some(progress),
     };
-    // The worker starts now, on the first piece to land, while the way back is queued. Every
-    // flag the stream waits for is set by the worker, whatever happens here: if queuing the
-    // rest fails, the operation still runs (its peers need it), and its staging stays busy.
+    // Every flag the stream waits for is set by the worker, whatever happens below: if
+    // queuing fails, the job is abandoned (the worker gives up on it) or, on the way back,
+    // still runs (its peers need it); either way its staging stays busy.
     w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
     let handed_over = crate::debug::wall_us();
+    // The copies below: the staging buffers are kept (by the job, then the pool's busy marks)
+    // until the stream has passed the out flag; the device sides are the caller's buffers,
+    // valid per the API contract; the ranges lie within both (Pieces cover exactly the
+    // buffer's length).
+    let queued_in = (|| -> Result<()> {
+        if let (Some(at), Some(s)) = (req.pre_device, scalar_base) {
+            // SAFETY: see above; `at` is the caller's device scalar of one element.
+            unsafe { stream.copy(s, at as *const u8, es)? };
+        }
+        stream.write_flag(shared.flags.ready_addr(slot), seq)?;
+        if let Some(base) = send_base {
+            for &k in &input_order {
+                let (a, b) = input.range(k);
+                // SAFETY: see above.
+                unsafe { stream.copy(base.wrapping_add(a), req.send.wrapping_add(a), b - a)? };
+                stream.write_flag(flags_dev + StageProgress::landed_offset(k) as u64, seq)?;
+            }
+        }
+        Ok(())
+    })();
+    if queued_in.is_err() {
+        progress.abandon();
+    }
     queued_in?;
     order.publish_and_wait()?;
     if let Some(base) = recv_base {
-        for k in 0..output.count() {
+        for &k in &output_order {
             let (a, b) = output.range(k);
             stream.wait_flag(flags_dev + StageProgress::released_offset(k) as u64, seq)?;
             // SAFETY: see above, for the way back.

@@ -1,7 +1,9 @@
 //! Staged buffers arriving and leaving piece by piece (`coll::progressive`), on host memory: the
 //! executor rules of the GPU's staged path, without a GPU. Per rank, a lander thread plays the
 //! stream's copies in: it writes the real input one piece at a time, a little later each, and
-//! sets the piece's landed flag only after; until then the piece holds poison. A copier thread
+//! sets the piece's landed flag only after; until then the piece holds poison. It lands them in
+//! the order the stream would (the plan's), and on odd ranks in the reverse of it, which the
+//! executor must survive as well. A copier thread
 //! plays the copies back: it copies each output piece out once, as soon as its released flag
 //! is set. A step that starts before its input has landed, or a piece released before its
 //! last writer, shows as a wrong value. Ranks as threads, over the node area (the default),
@@ -13,8 +15,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferroccl::coll::progressive::{reached, Pieces, StageProgress, MAX_PIECES};
-use ferroccl::coll::{run_progressive, CollOp, OpRequest};
+use ferroccl::coll::progressive::{reached, Pieces, StageProgress, FLAG_WORDS, MAX_PIECES};
+use ferroccl::coll::{run_progressive, staged_orders, CollOp, OpRequest};
 use ferroccl::cuda::memory::MemKind;
 use ferroccl::cuda::stream::Stream;
 use ferroccl::reduce::Reduction;
@@ -66,10 +68,10 @@ fn run_case(comm: &Arc<ferroccl::comm::Comm>, case: &Case) -> Vec<i64> {
     let mut staged_send = vec![POISON; case.send.len()];
     let mut staged_recv = vec![POISON; recv_len];
     let mut out = vec![POISON; recv_len];
-    let flags: Vec<AtomicU32> = (0..2 * MAX_PIECES).map(|_| AtomicU32::new(0)).collect();
+    let flags: Vec<AtomicU32> = (0..FLAG_WORDS).map(|_| AtomicU32::new(0)).collect();
     let input = Pieces::new(case.send.len() * 8, piece, 8);
     let output = Pieces::new(recv_len * 8, piece, 8);
-    // SAFETY: `flags` holds 2 * MAX_PIECES atomics and outlives every use below (the scope).
+    // SAFETY: `flags` holds FLAG_WORDS atomics and outlives every use below (the scope).
     let stage = unsafe { StageProgress::new(flags.as_ptr() as *mut u8, SEQ, input, output) };
     stage.reset();
     let req = OpRequest {
@@ -84,13 +86,17 @@ fn run_case(comm: &Arc<ferroccl::comm::Comm>, case: &Case) -> Vec<i64> {
         pre_device: None,
         device_call: true,
     };
+    let (mut landing, _) = staged_orders(comm, &req, input, output);
+    if comm.rank % 2 == 1 {
+        landing.reverse();
+    }
     let send_at = staged_send.as_mut_ptr() as usize;
     let recv_at = staged_recv.as_ptr() as usize;
     let out_at = out.as_mut_ptr() as usize;
     std::thread::scope(|s| {
         let flags = &flags;
         s.spawn(move || {
-            for (k, landed) in flags.iter().enumerate().take(input.count()) {
+            for k in landing {
                 std::thread::sleep(Duration::from_micros(400));
                 let (a, b) = input.range(k);
                 // SAFETY: bytes [a, b) of the staged send buffer (alive for the scope); the
@@ -102,7 +108,7 @@ fn run_case(comm: &Arc<ferroccl::comm::Comm>, case: &Case) -> Vec<i64> {
                         b - a,
                     )
                 };
-                landed.store(SEQ, Ordering::Release);
+                flags[k].store(SEQ, Ordering::Release);
             }
         });
         s.spawn(move || {
@@ -179,4 +185,45 @@ fn piecewise_staged_operations_over_sockets() {
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(out.status.success() && text.contains("PROGRESSIVE CHILD OK"), "{n} ranks:\n{text}");
     }
+}
+
+/// The caller could not queue all of the input (the stream refused a copy): the executor, whose
+/// steps wait for pieces that will never land, gives up with an error instead of waiting.
+#[test]
+fn an_abandoned_staged_operation_fails_instead_of_waiting() {
+    with_ranks(2, |rank, comm| {
+        let comm = ferroccl::comm::lookup(comm.0, "test").unwrap();
+        let case = cases(rank, 2).swap_remove(0);
+        let mut staged_send = vec![POISON; case.send.len()];
+        let mut staged_recv = vec![POISON; case.expect.len()];
+        let flags: Vec<AtomicU32> = (0..FLAG_WORDS).map(|_| AtomicU32::new(0)).collect();
+        let input = Pieces::new(case.send.len() * 8, 256 << 10, 8);
+        let output = Pieces::new(case.expect.len() * 8, 256 << 10, 8);
+        // SAFETY: `flags` holds FLAG_WORDS atomics and outlives every use below (the scope).
+        let stage = unsafe { StageProgress::new(flags.as_ptr() as *mut u8, SEQ, input, output) };
+        stage.reset();
+        let req = OpRequest {
+            op: case.op,
+            send: staged_send.as_mut_ptr().cast_const().cast(),
+            recv: staged_recv.as_mut_ptr().cast(),
+            count: case.count,
+            dtype: DataType::Int64,
+            reduction: Some(Reduction::builtin(DataType::Int64, BuiltinOp::Sum, 2)),
+            mem: MemKind::Host,
+            stream: Stream(0),
+            pre_device: None,
+            device_call: true,
+        };
+        let start = Instant::now();
+        let result = std::thread::scope(|s| {
+            s.spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                stage.abandon();
+            });
+            run_progressive(&comm, &req, stage)
+        });
+        let err = result.expect_err("an abandoned operation must fail");
+        assert!(err.to_string().contains("could not all be queued"), "rank {rank}: {err}");
+        assert!(start.elapsed() < Duration::from_secs(20), "rank {rank}: gave up only after {:?}", start.elapsed());
+    });
 }
