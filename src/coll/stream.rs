@@ -280,7 +280,14 @@ fn worker_loop(shared: &Shared, jobs: mpsc::Receiver<Job>) {
         for s in &mut job.staging {
             s.busy_until = job.slots.iter().map(|&slot| (slot, job.seq)).collect();
         }
-        shared.give_back(std::mem::take(&mut job.staging));
+        if job.progress.as_ref().is_some_and(StageProgress::abandoned) {
+            // Its out flag was never queued, so a later operation's would free these buffers
+            // while a receive the engine posted before giving up may still write into them
+            // (transports with helper threads): they are never reused. Rare, and a leak.
+            std::mem::take(&mut job.staging).into_iter().for_each(std::mem::forget);
+        } else {
+            shared.give_back(std::mem::take(&mut job.staging));
+        }
         shared.flags.set_done(job.seq);
         log::trace!(target: "COLL", "staged job {}: inputs ready after {} us, host engine {} us; worker got it @{} \
             and released the streams @{} (wall us)", job.seq, (ready - received).as_micros(), ready.elapsed().as_micros(),
@@ -600,6 +607,9 @@ fn enqueue_progressive(w: &Worker, comm: Arc<Comm>, req: OpRequest, piece: usize
     // still runs (its peers need it); either way its staging stays busy.
     w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
     let handed_over = crate::debug::wall_us();
+    // Until the input is queued, leaving this function by any way (an error, or a panic that
+    // the FFI boundary catches) abandons the job, so that the worker does not wait for it.
+    let mut unqueued = AbandonOnDrop(Some(progress));
     // The copies below: the staging buffers are kept (by the job, then the pool's busy marks)
     // until the stream has passed the out flag; the device sides are the caller's buffers,
     // valid per the API contract; the ranges lie within both (Pieces cover exactly the
@@ -620,10 +630,8 @@ fn enqueue_progressive(w: &Worker, comm: Arc<Comm>, req: OpRequest, piece: usize
         }
         Ok(())
     })();
-    if queued_in.is_err() {
-        progress.abandon();
-    }
     queued_in?;
+    unqueued.0 = None;
     order.publish_and_wait()?;
     if let Some(base) = recv_base {
         for &k in &output_order {
@@ -639,6 +647,17 @@ fn enqueue_progressive(w: &Worker, comm: Arc<Comm>, req: OpRequest, piece: usize
     log::trace!(target: "COLL", "staged job {seq}: enqueue began @{began}, handed to the worker @{handed_over}, \
         queued @{} (wall us)", crate::debug::wall_us());
     Ok(seq)
+}
+
+/// Abandons a staged operation when dropped while still armed (see `enqueue_progressive`).
+struct AbandonOnDrop(Option<StageProgress>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        if let Some(progress) = self.0 {
+            progress.abandon();
+        }
+    }
 }
 
 /// From this size on (FERROCCL_STAGE_SEPARATE_MIN, default 32 MiB), an all-reduce, broadcast

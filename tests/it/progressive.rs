@@ -165,6 +165,7 @@ fn progressive_child() {
     with_ranks(n, move |rank, comm| {
         let c = ferroccl::comm::lookup(comm.0, "test").unwrap();
         check_all(rank, n, &c);
+        abandon_case(rank, &c);
     });
     println!("PROGRESSIVE CHILD OK");
 }
@@ -188,42 +189,48 @@ fn piecewise_staged_operations_over_sockets() {
 }
 
 /// The caller could not queue all of the input (the stream refused a copy): the executor, whose
-/// steps wait for pieces that will never land, gives up with an error instead of waiting.
+/// steps wait for pieces that will never land, gives up with an error instead of waiting. Over
+/// the node area (a node operation, gated on all of its input) and over sockets (plan steps:
+/// receives already posted when it gives up).
 #[test]
 fn an_abandoned_staged_operation_fails_instead_of_waiting() {
     with_ranks(2, |rank, comm| {
         let comm = ferroccl::comm::lookup(comm.0, "test").unwrap();
-        let case = cases(rank, 2).swap_remove(0);
-        let mut staged_send = vec![POISON; case.send.len()];
-        let mut staged_recv = vec![POISON; case.expect.len()];
-        let flags: Vec<AtomicU32> = (0..FLAG_WORDS).map(|_| AtomicU32::new(0)).collect();
-        let input = Pieces::new(case.send.len() * 8, 256 << 10, 8);
-        let output = Pieces::new(case.expect.len() * 8, 256 << 10, 8);
-        // SAFETY: `flags` holds FLAG_WORDS atomics and outlives every use below (the scope).
-        let stage = unsafe { StageProgress::new(flags.as_ptr() as *mut u8, SEQ, input, output) };
-        stage.reset();
-        let req = OpRequest {
-            op: case.op,
-            send: staged_send.as_mut_ptr().cast_const().cast(),
-            recv: staged_recv.as_mut_ptr().cast(),
-            count: case.count,
-            dtype: DataType::Int64,
-            reduction: Some(Reduction::builtin(DataType::Int64, BuiltinOp::Sum, 2)),
-            mem: MemKind::Host,
-            stream: Stream(0),
-            pre_device: None,
-            device_call: true,
-        };
-        let start = Instant::now();
-        let result = std::thread::scope(|s| {
-            s.spawn(move || {
-                std::thread::sleep(Duration::from_millis(50));
-                stage.abandon();
-            });
-            run_progressive(&comm, &req, stage)
-        });
-        let err = result.expect_err("an abandoned operation must fail");
-        assert!(err.to_string().contains("could not all be queued"), "rank {rank}: {err}");
-        assert!(start.elapsed() < Duration::from_secs(20), "rank {rank}: gave up only after {:?}", start.elapsed());
+        abandon_case(rank, &comm);
     });
+}
+
+fn abandon_case(rank: usize, comm: &Arc<ferroccl::comm::Comm>) {
+    let case = cases(rank, comm.nranks).swap_remove(0);
+    let mut staged_send = vec![POISON; case.send.len()];
+    let mut staged_recv = vec![POISON; case.expect.len()];
+    let flags: Vec<AtomicU32> = (0..FLAG_WORDS).map(|_| AtomicU32::new(0)).collect();
+    let input = Pieces::new(case.send.len() * 8, 256 << 10, 8);
+    let output = Pieces::new(case.expect.len() * 8, 256 << 10, 8);
+    // SAFETY: `flags` holds FLAG_WORDS atomics and outlives every use below (the scope).
+    let stage = unsafe { StageProgress::new(flags.as_ptr() as *mut u8, SEQ, input, output) };
+    stage.reset();
+    let req = OpRequest {
+        op: case.op,
+        send: staged_send.as_mut_ptr().cast_const().cast(),
+        recv: staged_recv.as_mut_ptr().cast(),
+        count: case.count,
+        dtype: DataType::Int64,
+        reduction: Some(Reduction::builtin(DataType::Int64, BuiltinOp::Sum, comm.nranks)),
+        mem: MemKind::Host,
+        stream: Stream(0),
+        pre_device: None,
+        device_call: true,
+    };
+    let start = Instant::now();
+    let result = std::thread::scope(|s| {
+        s.spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            stage.abandon();
+        });
+        run_progressive(comm, &req, stage)
+    });
+    let err = result.expect_err("an abandoned operation must fail");
+    assert!(err.to_string().contains("could not all be queued"), "rank {rank}: {err}");
+    assert!(start.elapsed() < Duration::from_secs(20), "rank {rank}: gave up only after {:?}", start.elapsed());
 }
