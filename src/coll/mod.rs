@@ -181,7 +181,7 @@ pub fn run(by_comm: &[(Arc<Comm>, Vec<OpRequest>)]) -> Result<()> {
     }
     let mut comm_works = Vec::with_capacity(by_comm.len());
     for ((comm, reqs), links) in by_comm.iter().zip(guards.iter_mut()) {
-        let mut works = reqs.iter().map(|r| prepare(comm, r, tuning)).collect::<Result<Vec<_>>>()?;
+        let mut works = reqs.iter().map(|r| prepare(comm, r, tuning, true)).collect::<Result<Vec<_>>>()?;
         isolate_cross_op_inputs(&mut works);
         comm_works.push(CommWork { rank: comm.rank, links, works });
     }
@@ -208,12 +208,12 @@ pub fn run_one(comm: &Arc<Comm>, req: &OpRequest) -> Result<()> {
     }
     let tuning = tuning()?;
     let layout = layout(comm, req)?;
-    if let Some(shape) = node_shape(comm, req, &layout, tuning)? {
+    if let Some(shape) = node_shape(comm, req, &layout, tuning, true)? {
         fast::remember(comm, req, shape);
         // `layout` keeps a private copy of an overlapping input alive until this returns.
         return exec::execute_node(comm.rank, &mut links, &mut shape.op(layout.bufs.send, layout.bufs.recv));
     }
-    let works = vec![plan_work(comm, req, layout, tuning)?];
+    let works = vec![plan_work(comm, req, layout, tuning, true)?];
     exec::execute(&mut [CommWork { rank: comm.rank, links: &mut links, works }])
 }
 
@@ -265,7 +265,7 @@ fn run_single(req: &OpRequest) -> Result<()> {
 pub fn run_progressive(comm: &Arc<Comm>, req: &OpRequest, stage: progressive::StageProgress) -> Result<()> {
     let tuning = tuning()?;
     let mut links = comm.links()?;
-    let mut work = prepare(comm, req, tuning)?;
+    let mut work = prepare(comm, req, tuning, true)?;
     if work.send_copy.is_some() {
         // A private copy of the input is taken before any of it has landed.
         return Err(Error::internal("staged send and receive buffers overlap"));
@@ -285,7 +285,7 @@ pub fn staged_orders(
     input: progressive::Pieces,
     output: progressive::Pieces,
 ) -> (Vec<usize>, Vec<usize>) {
-    match tuning().and_then(|t| prepare(comm, req, t)) {
+    match tuning().and_then(|t| prepare(comm, req, t, false)) {
         Ok(work) if work.node.is_none() => {
             (progressive::input_order(&work.plan, input), progressive::output_order(&work.plan, output))
         }
@@ -293,10 +293,11 @@ pub fn staged_orders(
     }
 }
 
-/// Turns a request into a plan over its buffers.
-fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Result<Work> {
+/// Turns a request into a plan over its buffers; `announce`: log the choice (COLL, TUNING),
+/// which a caller only looking ahead at the plan leaves to the call that runs it.
+fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning, announce: bool) -> Result<Work> {
     let layout = layout(comm, req)?;
-    match node_shape(comm, req, &layout, tuning)? {
+    match node_shape(comm, req, &layout, tuning, announce)? {
         Some(shape) => Ok(Work {
             plan: node_plan(shape.algo),
             node: Some(shape.op(layout.bufs.send, layout.bufs.recv)),
@@ -306,7 +307,7 @@ fn prepare(comm: &Comm, req: &OpRequest, tuning: &'static algo::Tuning) -> Resul
             sig: layout.sig,
             stage: None,
         }),
-        None => plan_work(comm, req, layout, tuning),
+        None => plan_work(comm, req, layout, tuning, announce),
     }
 }
 
@@ -362,7 +363,13 @@ fn needs_copy(req: &OpRequest, rank: usize, block: usize, send_len: usize, recv_
 }
 
 /// What the node-level operation for this call would be, bar its buffers, if one applies.
-fn node_shape(comm: &Comm, req: &OpRequest, layout: &Layout, tuning: &algo::Tuning) -> Result<Option<fast::Shape>> {
+fn node_shape(
+    comm: &Comm,
+    req: &OpRequest,
+    layout: &Layout,
+    tuning: &algo::Tuning,
+    announce: bool,
+) -> Result<Option<fast::Shape>> {
     let n = comm.nranks;
     let Some(algo) = node_algorithm(comm, req, layout.block, tuning) else { return Ok(None) };
     let coll = match req.op {
@@ -377,7 +384,9 @@ fn node_shape(comm: &Comm, req: &OpRequest, layout: &Layout, tuning: &algo::Tuni
         ),
         _ => return Err(Error::internal(format!("no node algorithm for {}", req.op.name()))),
     };
-    log::debug!(target: "COLL", "{} count {} datatype {} in_place {} algorithm {}", req.op.name(), req.count, req.dtype, layout.in_place, algo.name());
+    if announce {
+        log::debug!(target: "COLL", "{} count {} datatype {} in_place {} algorithm {}", req.op.name(), req.count, req.dtype, layout.in_place, algo.name());
+    }
     let oversubscribed = n > crate::topo::usable_cores();
     // FERROCCL_NODE_STAGE_MAX sets one limit, huge pages or not.
     let (stage_max, stage_off_huge_max) = match tuning.node_stage_max {
@@ -401,7 +410,13 @@ fn node_shape(comm: &Comm, req: &OpRequest, layout: &Layout, tuning: &algo::Tuni
 }
 
 /// A call's work through the plan executor (ring, tree, direct messages).
-fn plan_work(comm: &Comm, req: &OpRequest, layout: Layout, tuning: &'static algo::Tuning) -> Result<Work> {
+fn plan_work(
+    comm: &Comm,
+    req: &OpRequest,
+    layout: Layout,
+    tuning: &'static algo::Tuning,
+    announce: bool,
+) -> Result<Work> {
     let n = comm.nranks;
     let (kind, root) = match req.op {
         CollOp::AllReduce => (CollKind::AllReduce, 0),
@@ -426,11 +441,13 @@ fn plan_work(comm: &Comm, req: &OpRequest, layout: Layout, tuning: &'static algo
         has_post: req.reduction.is_some_and(|r| r.has_post()),
     };
     let choice = algo::choose(kind, args.total_bytes(n), n, tuning.tree_threshold, &tuning.selection);
-    if let Some(reason) = &choice.fallback_reason {
+    if let Some(reason) = choice.fallback_reason.as_ref().filter(|_| announce) {
         log::info!(target: "TUNING", "{}: {reason}", req.op.name());
     }
     let plan = plan_cache::cached_plan(comm, &args, choice.algorithm, tuning.chunk_bytes)?;
-    log::debug!(target: "COLL", "{} count {} datatype {} in_place {in_place} algorithm {} steps {}", req.op.name(), req.count, req.dtype, plan.algorithm, plan.steps.len());
+    if announce {
+        log::debug!(target: "COLL", "{} count {} datatype {} in_place {in_place} algorithm {} steps {}", req.op.name(), req.count, req.dtype, plan.algorithm, plan.steps.len());
+    }
     let Layout { bufs, send_copy, sig, .. } = layout;
     Ok(Work { plan, bufs, reduction: req.reduction, send_copy, node: None, sig, stage: None })
 }
