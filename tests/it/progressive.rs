@@ -61,6 +61,22 @@ fn cases(rank: usize, n: usize) -> Vec<Case> {
     ]
 }
 
+/// The host request the stream worker would run for `case`, on staging buffers.
+fn staged_request(case: &Case, staged_send: &[i64], staged_recv: &mut [i64], nranks: usize) -> OpRequest {
+    OpRequest {
+        op: case.op,
+        send: if case.send.is_empty() { std::ptr::null() } else { staged_send.as_ptr().cast() },
+        recv: staged_recv.as_mut_ptr().cast(),
+        count: case.count,
+        dtype: DataType::Int64,
+        reduction: Some(Reduction::builtin(DataType::Int64, BuiltinOp::Sum, nranks)),
+        mem: MemKind::Host,
+        stream: Stream(0),
+        pre_device: None,
+        device_call: true,
+    }
+}
+
 /// Runs one case on this rank through `run_progressive`, with a lander and a copier.
 fn run_case(comm: &Arc<ferroccl::comm::Comm>, case: &Case) -> Vec<i64> {
     let piece = 256 << 10;
@@ -74,18 +90,7 @@ fn run_case(comm: &Arc<ferroccl::comm::Comm>, case: &Case) -> Vec<i64> {
     // SAFETY: `flags` holds FLAG_WORDS atomics and outlives every use below (the scope).
     let stage = unsafe { StageProgress::new(flags.as_ptr() as *mut u8, SEQ, input, output) };
     stage.reset();
-    let req = OpRequest {
-        op: case.op,
-        send: if case.send.is_empty() { std::ptr::null() } else { staged_send.as_ptr().cast() },
-        recv: staged_recv.as_mut_ptr().cast(),
-        count: case.count,
-        dtype: DataType::Int64,
-        reduction: Some(Reduction::builtin(DataType::Int64, BuiltinOp::Sum, comm.nranks)),
-        mem: MemKind::Host,
-        stream: Stream(0),
-        pre_device: None,
-        device_call: true,
-    };
+    let req = staged_request(case, &staged_send, &mut staged_recv, comm.nranks);
     let (mut landing, _) = staged_orders(comm, &req, input, output);
     if comm.rank % 2 == 1 {
         landing.reverse();
@@ -202,7 +207,7 @@ fn an_abandoned_staged_operation_fails_instead_of_waiting() {
 
 fn abandon_case(rank: usize, comm: &Arc<ferroccl::comm::Comm>) {
     let case = cases(rank, comm.nranks).swap_remove(0);
-    let mut staged_send = vec![POISON; case.send.len()];
+    let staged_send = vec![POISON; case.send.len()];
     let mut staged_recv = vec![POISON; case.expect.len()];
     let flags: Vec<AtomicU32> = (0..FLAG_WORDS).map(|_| AtomicU32::new(0)).collect();
     let input = Pieces::new(case.send.len() * 8, 256 << 10, 8);
@@ -210,18 +215,7 @@ fn abandon_case(rank: usize, comm: &Arc<ferroccl::comm::Comm>) {
     // SAFETY: `flags` holds FLAG_WORDS atomics and outlives every use below (the scope).
     let stage = unsafe { StageProgress::new(flags.as_ptr() as *mut u8, SEQ, input, output) };
     stage.reset();
-    let req = OpRequest {
-        op: case.op,
-        send: staged_send.as_mut_ptr().cast_const().cast(),
-        recv: staged_recv.as_mut_ptr().cast(),
-        count: case.count,
-        dtype: DataType::Int64,
-        reduction: Some(Reduction::builtin(DataType::Int64, BuiltinOp::Sum, comm.nranks)),
-        mem: MemKind::Host,
-        stream: Stream(0),
-        pre_device: None,
-        device_call: true,
-    };
+    let req = staged_request(&case, &staged_send, &mut staged_recv, comm.nranks);
     let start = Instant::now();
     let result = std::thread::scope(|s| {
         s.spawn(move || {
