@@ -77,7 +77,7 @@ impl Pieces {
 }
 
 /// The order to copy the input pieces in: by the first plan step that reads each (pieces no
-/// step reads last, in place order), so that the engine's first steps find theirs landed.
+/// step reads last, in buffer order), so that the engine's first steps find theirs landed.
 pub fn input_order(plan: &Plan, input: Pieces) -> Vec<usize> {
     let mut first = vec![usize::MAX; input.count()];
     for (i, planned) in plan.steps.iter().enumerate().rev() {
