@@ -226,6 +226,12 @@ fn stream_min(nranks: usize) -> usize {
     }
 }
 
+/// Words of scratch for `bytes` of staging; with kernel copies in or out of it, room to place
+/// them at the other end's page offset (`peer_mem::page_matched`).
+fn scratch_words(bytes: usize, kernel_copies: bool) -> usize {
+    (bytes + if kernel_copies { peer_mem::PAGE_MATCH_SLACK } else { 0 }).div_ceil(8)
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeAlgo {
     OneShot,
@@ -987,10 +993,7 @@ impl NodeOp {
         });
         let kernel_copies = remote || remote_output.is_some();
         let piece = if kernel_copies { REMOTE_PIECE } else { PIECE };
-        // Kernel copies in and out of scratch go at the other end's page offset
-        // (peer_mem::page_matched): room for that.
-        let slack = if kernel_copies { peer_mem::PAGE_MATCH_SLACK } else { 0 };
-        let words = (piece.min(hi - lo) + slack).div_ceil(8);
+        let words = scratch_words(piece.min(hi - lo), kernel_copies);
         scratch.resize(words * (1 + usize::from(remote)), 0);
         // The accumulator is read into from input 0 when that is remote (start_fold), else
         // written out to the first remote output.
@@ -1144,7 +1147,7 @@ impl NodeOp {
     ) -> Result<()> {
         // An accumulator only in place, staging only for kernel copies; either with room to
         // sit at its kernel copy's page offset (peer_mem::page_matched).
-        let words = (PIECE.min(len) + if remote { peer_mem::PAGE_MATCH_SLACK } else { 0 }).div_ceil(8);
+        let words = scratch_words(PIECE.min(len), remote);
         let acc_words = if in_place { words } else { 0 };
         scratch.resize(acc_words + if remote { words } else { 0 }, 0);
         let (acc_words, in_words) = scratch.split_at_mut(acc_words);
