@@ -52,6 +52,7 @@ use super::local_order::{LocalOrder, Path};
 use super::reduce::Pre;
 use super::{buffer_lengths, CollOp, OpRequest};
 use crate::comm::Comm;
+use crate::cuda::batch::Launches;
 use crate::cuda::ipc;
 use crate::cuda::kernels::{self, PreScalar};
 use crate::cuda::memory::{MemKind, Registered};
@@ -891,6 +892,8 @@ fn launch_for_all(
     let my_rank = comm.rank;
     let me = std::process::id();
     let mut scalar_slot = vec![0usize; n];
+    // The group's folds go out in as few launches as their buffers allow (cuda::batch).
+    let launches = std::cell::RefCell::new(Launches::new(stream));
     for (i, req) in reqs.iter().enumerate() {
         let es = req.dtype.size();
         let block = req.count * es;
@@ -977,7 +980,7 @@ fn launch_for_all(
                 // SAFETY: both are live device buffers of the ranks (exported by them for
                 // this operation, which they keep alive until it completes) of at least
                 // `block` bytes at these offsets, by NCCL's buffer-size rules.
-                return unsafe { stream.copy(outs[0], src, block) };
+                return unsafe { launches.borrow_mut().copy(outs[0], src, block) };
             }
             // One read of the source for all outputs: a one-input fold (a copy) with more
             // outputs; needs the copy kernels of a byte type, loaded at init.
@@ -993,7 +996,7 @@ fn launch_for_all(
                 more_outs: &outs[1..],
             };
             // SAFETY: as for the copy above.
-            unsafe { kernels::fold(stream, &f) }
+            unsafe { launches.borrow_mut().fold(&f) }
         };
         // Rank g's `send`-side block to every output at offset g * block, as one kernel.
         let grouped_copy = |sources: &[*const u8], outs: &[*mut u8]| -> Result<bool> {
@@ -1005,19 +1008,19 @@ fn launch_for_all(
             // SAFETY: sources and outputs are the ranks' live device buffers (exported for
             // this operation and kept until it completes) of at least `block` bytes per source
             // and `n * block` per output, by NCCL's buffer-size rules.
-            unsafe { kernels::fan_out(stream, &f) }
+            unsafe { launches.borrow_mut().fan_out(&f) }
         };
         let fold = |out: *mut u8, more_outs: &[*mut u8], inputs: &[*const u8]| -> Result<()> {
             let f = fold_of(req, &pre, out, more_outs, inputs)?;
             // SAFETY: out and inputs are live device buffers of `count` elements (as above).
-            unsafe { kernels::fold(stream, &f) }
+            unsafe { launches.borrow_mut().fold(&f) }
         };
         // Rank k's block of every input folded into rank k's output, for every k, as one kernel.
         let grouped_fold = |outs: &[*mut u8], inputs: &[*const u8]| -> Result<bool> {
             let f = fold_of(req, &pre, outs[0], &[], inputs)?;
             // SAFETY: the inputs are live device buffers of `n * block` bytes and the outputs
             // of `count` elements (exported for this operation and kept until it completes).
-            unsafe { kernels::fold_groups(stream, &f, outs, block) }
+            unsafe { launches.borrow_mut().fold_groups(&f, outs, block) }
         };
         // SAFETY (offsets below): NCCL's size rules give every buffer used here room for
         // `n * block` bytes where a block index is added.
@@ -1075,7 +1078,7 @@ fn launch_for_all(
             }
         }
     }
-    Ok(())
+    launches.into_inner().flush()
 }
 
 /// The request's reduction as a fold of `inputs` into `out` (and `more_outs`), with the ranks'

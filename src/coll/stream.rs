@@ -43,10 +43,12 @@ use super::progressive::{self, reached, Pieces, StageProgress};
 use super::{buffer_lengths, one_gpu, CollOp, OpRequest};
 use crate::comm::{Comm, CommState};
 use crate::cuda::driver::{self, Context};
+use crate::cuda::batch::Launches;
 use crate::cuda::kernels;
 use crate::cuda::memory::{MemKind, Pinned};
 use crate::cuda::stream::Stream;
 use crate::error::{Error, Result};
+use crate::types::DataType;
 
 /// Streams one worker can serve (each has a ready and an out flag).
 const MAX_STREAMS: usize = 256;
@@ -356,10 +358,7 @@ fn submit_rest(ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<()> {
     }
     let has_host = ops.iter().any(|(_, r)| !r.mem.is_device());
     if !has_host && ops.iter().all(|(c, r)| single_rank_applies(c, r)) {
-        for (_, req) in &ops {
-            single_rank(req)?;
-        }
-        return Ok(());
+        return single_rank_group(&ops);
     }
     if one_gpu::applies(&ops) {
         // The thread's staged operations queued before run first (same order on every rank).
@@ -393,7 +392,34 @@ fn single_rank_applies(comm: &Comm, req: &OpRequest) -> bool {
     comm.nranks == 1 && !matches!(req.op, CollOp::Send { .. } | CollOp::Recv { .. })
 }
 
-fn single_rank(req: &OpRequest) -> Result<()> {
+/// A group of one-rank operations: each stream's run of consecutive operations goes out in as
+/// few launches as their buffers allow (cuda::batch), small copies included.
+fn single_rank_group(ops: &[(Arc<Comm>, OpRequest)]) -> Result<()> {
+    let grouped = ops.len() > 1;
+    let mut current: Option<(Stream, Launches)> = None;
+    for (_, req) in ops {
+        if current.as_ref().is_none_or(|(s, _)| *s != req.stream) {
+            if let Some((_, mut l)) = current.take() {
+                l.flush()?;
+            }
+            current = Some((req.stream, Launches::new(req.stream)));
+        }
+        if let Some((_, l)) = current.as_mut() {
+            single_rank(req, l, grouped)?;
+        }
+    }
+    match current {
+        Some((_, mut l)) => l.flush(),
+        None => Ok(()),
+    }
+}
+
+/// Copies up to this size in a group of one-rank operations run as kernels, so that the
+/// group's copies share launches; larger ones stay device copies (cuMemcpyAsync), which move
+/// large buffers fastest.
+const GROUPED_COPY_MAX: usize = 256 << 10;
+
+fn single_rank(req: &OpRequest, launches: &mut Launches, grouped: bool) -> Result<()> {
     let (send_len, recv_len) = buffer_lengths(req, 0, 1)?;
     if send_len.min(recv_len) == 0 {
         return Ok(());
@@ -417,11 +443,25 @@ fn single_rank(req: &OpRequest) -> Result<()> {
             };
             // SAFETY: both buffers are the caller's device memory of `count` elements, valid
             // until the stream has run the kernel (API contract).
-            unsafe { kernels::fold(req.stream, &f) }
+            unsafe { launches.fold(&f) }
         }
         _ if std::ptr::eq(req.send, req.recv) => Ok(()),
+        _ if grouped && send_len.min(recv_len) <= GROUPED_COPY_MAX && kernels::loaded(DataType::Uint8) => {
+            let f = kernels::Fold {
+                dtype: DataType::Uint8,
+                kind: crate::reduce::ReduceKind::Sum,
+                out: req.recv,
+                inputs: &[req.send],
+                pre: &[],
+                post_div: None,
+                count: send_len.min(recv_len),
+                more_outs: &[],
+            };
+            // SAFETY: as above, for a copy of min(send, recv) bytes (a one-input fold).
+            unsafe { launches.fold(&f) }
+        }
         // SAFETY: as above, for a copy of min(send, recv) bytes.
-        _ => unsafe { req.stream.copy(req.recv, req.send, send_len.min(recv_len)) },
+        _ => unsafe { launches.copy(req.recv, req.send, send_len.min(recv_len)) },
     }
 }
 
@@ -949,7 +989,7 @@ mod tests {
             send: std::ptr::null(),
             recv: std::ptr::null_mut(),
             count,
-            dtype: crate::types::DataType::Float32,
+            dtype: DataType::Float32,
             reduction: None,
             mem: MemKind::Device { device: 0 },
             stream: Stream(0),

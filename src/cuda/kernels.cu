@@ -445,10 +445,26 @@ static __device__ __forceinline__ void fold(const FoldParams& p) {
     for (u64 i = head + start; i < p.count; i += stride) fold_one<T, OP>(p, scal, i);
 }
 
-#define FERROCCL_FOLD(t, T, op, OP) \
-    extern "C" __global__ void __launch_bounds__(256) ferroccl_fold_##t##_##op(const FoldParams p) { fold<T, OP>(p); }
+// Several folds of one (type, operator) in one launch, for a group of small operations whose
+// launches would otherwise cost more than their work: blockIdx.y picks the fold, which runs as
+// its own launch would on gridDim.x blocks. The caller batches only folds that touch no byte
+// another one writes (except identical folds, which write the same bytes). Must match
+// `FoldBatch` in kernels.rs (3984 bytes: kernel parameters are limited to 4 KiB).
+#define FERROCCL_BATCH_MAX 7
+struct FoldBatch {
+    FoldParams ops[FERROCCL_BATCH_MAX];
+    u64 n_ops;
+};
 
-// The 48 entry points (kernels.rs parses these lines; keep one per line). kernels.rs builds
+// Each FERROCCL_FOLD line defines two entry points: ferroccl_fold_<t>_<op> (one fold) and
+// ferroccl_batch_<t>_<op> (a FoldBatch).
+#define FERROCCL_FOLD(t, T, op, OP) \
+    extern "C" __global__ void __launch_bounds__(256) ferroccl_fold_##t##_##op(const FoldParams p) { fold<T, OP>(p); } \
+    extern "C" __global__ void __launch_bounds__(256) ferroccl_batch_##t##_##op(const FoldBatch b) { \
+        if (blockIdx.y < b.n_ops) fold<T, OP>(b.ops[blockIdx.y]); \
+    }
+
+// The 48 folds, 96 entry points (kernels.rs parses these lines; keep one per line). kernels.rs builds
 // one program per type (-DFERROCCL_ONE_TYPE -DFERROCCL_TYPE_<t>) so that the types compile in
 // parallel and a collective only waits for its own type.
 #if !defined(FERROCCL_ONE_TYPE) || defined(FERROCCL_TYPE_i8)

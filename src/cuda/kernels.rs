@@ -82,7 +82,13 @@ pub fn kernel_name(dtype: DataType, kind: ReduceKind) -> String {
     format!("ferroccl_fold_{t}_{o}")
 }
 
-/// All 48 entry points, in the order of the function table of a loaded module.
+/// The entry point that runs a [`FoldBatch`] of `dtype` with `kind`.
+pub fn batch_kernel_name(dtype: DataType, kind: ReduceKind) -> String {
+    kernel_name(dtype, kind).replacen("ferroccl_fold_", "ferroccl_batch_", 1)
+}
+
+/// All 48 single-fold entry points, in the order of the function table of a loaded module
+/// (each has a batch twin, [`batch_kernel_name`]).
 pub fn kernel_names() -> Vec<String> {
     TYPE_NAMES.iter().flat_map(|(d, _)| OP_NAMES.iter().map(move |(k, _)| kernel_name(*d, *k))).collect()
 }
@@ -135,7 +141,7 @@ pub fn from_reduction(r: &Reduction) -> (ReduceKind, PreScalar, Option<u64>) {
 
 /// The kernels' parameter block: `struct FoldParams` in kernels.cu (passed by value).
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FoldParams {
     out: u64,
     inputs: [u64; MAX_INPUTS],
@@ -152,6 +158,63 @@ pub struct FoldParams {
 }
 
 const _: () = assert!(size_of::<FoldParams>() == 568);
+
+impl FoldParams {
+    /// The byte ranges the kernel reads and writes with these parameters (elements of
+    /// `elem_size` bytes), as kernels.cu's `fold` walks them.
+    pub fn footprint(&self, elem_size: usize) -> (Vec<std::ops::Range<u64>>, Vec<std::ops::Range<u64>>) {
+        let n_in = (self.n_in.max(0) as usize).min(MAX_INPUTS);
+        let n_more = (self.n_more as usize).min(MAX_INPUTS);
+        let bytes = self.count * elem_size as u64;
+        // Group g of a grouped launch sits g * group_bytes into its buffer.
+        let grouped = bytes + self.groups.saturating_sub(1) * self.group_bytes;
+        let fan_out = self.groups > 1 && n_in == 1 && self.pre_mask == 0 && self.post_div == 0;
+        let span = |at: u64, len: u64| at..at + len;
+        let outs = std::iter::once(self.out).chain(self.more_out[..n_more].iter().copied());
+        let (mut reads, writes): (Vec<_>, Vec<_>) = if self.groups <= 1 {
+            (self.inputs[..n_in].iter().map(|&a| span(a, bytes)).collect(), outs.map(|a| span(a, bytes)).collect())
+        } else if fan_out {
+            // Source g is inputs[g], copied to offset g * group_bytes of every output.
+            let sources = (self.groups as usize).min(MAX_INPUTS);
+            (self.inputs[..sources].iter().map(|&a| span(a, bytes)).collect(), outs.map(|a| span(a, grouped)).collect())
+        } else {
+            // Every input holds all groups; output g takes group g.
+            (self.inputs[..n_in].iter().map(|&a| span(a, grouped)).collect(), outs.map(|a| span(a, bytes)).collect())
+        };
+        for k in 0..n_in {
+            if (self.pre_mask >> k) & 1 == 1 && self.pre_ptr[k] != 0 {
+                reads.push(span(self.pre_ptr[k], elem_size as u64));
+            }
+        }
+        (reads, writes)
+    }
+}
+
+/// The most folds one batch launch runs: what fits in the 4 KiB of kernel parameters.
+pub const BATCH_MAX: usize = 7;
+
+/// The batch kernels' parameter block: `struct FoldBatch` in kernels.cu (passed by value).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FoldBatch {
+    ops: [FoldParams; BATCH_MAX],
+    n_ops: u64,
+}
+
+const _: () = assert!(size_of::<FoldBatch>() == 3984);
+
+impl FoldBatch {
+    /// The batch of `ops` (1 to [`BATCH_MAX`]); the unused entries are never read.
+    pub fn of(ops: &[FoldParams]) -> Result<FoldBatch> {
+        let (&first, _) = ops.split_first().ok_or_else(|| Error::internal("empty fold batch"))?;
+        if ops.len() > BATCH_MAX {
+            return Err(Error::internal(format!("fold batch of {} (at most {BATCH_MAX})", ops.len())));
+        }
+        let mut b = FoldBatch { ops: [first; BATCH_MAX], n_ops: ops.len() as u64 };
+        b.ops[..ops.len()].copy_from_slice(ops);
+        Ok(b)
+    }
+}
 
 /// Checks a fold and lays out the kernel's parameters (what [`fold`] launches with; public so
 /// that tests can run kernels.cu's code on the host).
@@ -483,9 +546,13 @@ fn compile_source(source: &str, arch: &str, defines: &[String]) -> Result<Image>
 // ---------------------------------------------------------------------------------------------
 // Modules per context.
 
-/// The four kernels (in [`OP_NAMES`] order) of one type, loaded into one context.
+/// The four kernels (in [`OP_NAMES`] order) of one type and their batch twins, loaded into
+/// one context.
 #[derive(Clone, Copy)]
-struct TypeKernels([sys::CUfunction; 4]);
+struct TypeKernels {
+    fold: [sys::CUfunction; 4],
+    batch: [sys::CUfunction; 4],
+}
 
 // SAFETY: function handles are process-wide driver objects, usable from any thread in which
 // their context is current; they are never mutated. (Their modules are never unloaded: the
@@ -589,17 +656,23 @@ fn build_images(cc: i32, types: &[usize]) -> Result<Vec<(usize, Image)>> {
     Ok(images)
 }
 
-/// Loads `image` into the current context and looks up the type's four kernels.
+/// Loads `image` into the current context and looks up the type's eight kernels.
 fn load(image: &Image, t: usize) -> Result<TypeKernels> {
     let mut module: sys::CUmodule = std::ptr::null_mut();
     // SAFETY: a context is current; the image is a complete CUBIN or NUL-terminated PTX that
     // outlives the call.
     let res = unsafe { sys::cuModuleLoadData(&mut module, image.code.as_ptr() as *const c_void) };
     check(res, "cuModuleLoadData")?;
-    let mut functions = [std::ptr::null_mut(); 4];
-    for (f, (kind, _)) in functions.iter_mut().zip(OP_NAMES) {
-        let name =
-            CString::new(kernel_name(TYPE_NAMES[t].0, kind)).map_err(|_| Error::internal("NUL in a kernel name"))?;
+    let mut kernels = TypeKernels { fold: [std::ptr::null_mut(); 4], batch: [std::ptr::null_mut(); 4] };
+    let dtype = TYPE_NAMES[t].0;
+    let named = kernels
+        .fold
+        .iter_mut()
+        .zip(OP_NAMES)
+        .map(|(f, (kind, _))| (f, kernel_name(dtype, kind)))
+        .chain(kernels.batch.iter_mut().zip(OP_NAMES).map(|(f, (kind, _))| (f, batch_kernel_name(dtype, kind))));
+    for (f, name) in named {
+        let name = CString::new(name).map_err(|_| Error::internal("NUL in a kernel name"))?;
         // SAFETY: module was just loaded; the name is NUL-terminated; out-pointer is live.
         let res = unsafe { sys::cuModuleGetFunction(f, module, name.as_ptr()) };
         check(res, "cuModuleGetFunction")?;
@@ -617,7 +690,7 @@ fn load(image: &Image, t: usize) -> Result<TypeKernels> {
         };
         check(res, "cuFuncGetAttribute")?;
     }
-    Ok(TypeKernels(functions))
+    Ok(kernels)
 }
 
 /// The error when another thread called [`forget_current_context`] in the middle of a fold.
@@ -714,30 +787,59 @@ pub unsafe fn fan_out(stream: Stream, f: &FanOut<'_>) -> Result<bool> {
     Ok(true)
 }
 
+/// The (dtype, kind) fold kernel and its batch twin in the current context, and the
+/// device's SM count.
+fn functions(dtype: DataType, kind: ReduceKind) -> Result<(sys::CUfunction, sys::CUfunction, u32)> {
+    let index = kernel_index(dtype, kind);
+    let (t, op) = (index / OP_NAMES.len(), index % OP_NAMES.len());
+    let key = ensure(&[t])?;
+    let cache = cache();
+    let ctx = cache.contexts.get(&key).ok_or_else(forgotten)?;
+    let kernels = ctx.types[t].ok_or_else(|| Error::internal("fold kernels not loaded"))?;
+    Ok((kernels.fold[op], kernels.batch[op], ctx.sm_count))
+}
+
 /// Launches the (dtype, kind) kernel with `p` on `stream`.
 ///
 /// # Safety
 /// Every buffer `p` names is device-accessible and stays valid until the kernel has run.
-unsafe fn launch(stream: Stream, dtype: DataType, kind: ReduceKind, mut p: FoldParams) -> Result<()> {
-    let index = kernel_index(dtype, kind);
-    let (t, op) = (index / OP_NAMES.len(), index % OP_NAMES.len());
-    let key = ensure(&[t])?;
-    let (func, sm_count) = {
-        let cache = cache();
-        let ctx = cache.contexts.get(&key).ok_or_else(forgotten)?;
-        let kernels = ctx.types[t].ok_or_else(|| Error::internal("fold kernels not loaded"))?;
-        (kernels.0[op], ctx.sm_count)
-    };
+pub(super) unsafe fn launch(stream: Stream, dtype: DataType, kind: ReduceKind, mut p: FoldParams) -> Result<()> {
+    let (func, _, sm_count) = functions(dtype, kind)?;
     let blocks = grid_blocks(&p, dtype.size(), sm_count);
-    let mut args = [&mut p as *mut FoldParams as *mut c_void];
-    // SAFETY: func belongs to the current context's module; the single parameter is a
-    // FoldParams laid out as kernels.cu declares it and is copied by the driver at launch;
-    // the caller keeps the buffers valid until the kernel has run.
+    // SAFETY: func belongs to the current context's module and takes one FoldParams; the
+    // caller keeps the buffers valid until the kernel has run.
+    unsafe { launch_with(stream, func, (blocks, 1), &mut p as *mut FoldParams as *mut c_void) }
+}
+
+/// Launches the (dtype, kind) batch kernel for `ops` (1 to [`BATCH_MAX`]) on `stream`: one
+/// row of blocks per fold, each as wide as the widest fold's own launch.
+///
+/// # Safety
+/// As for [`launch`], for every fold; no fold may read or write bytes another one writes,
+/// unless the two are identical.
+pub(super) unsafe fn launch_batch(stream: Stream, dtype: DataType, kind: ReduceKind, ops: &[FoldParams]) -> Result<()> {
+    let (_, func, sm_count) = functions(dtype, kind)?;
+    let mut b = FoldBatch::of(ops)?;
+    let blocks = ops.iter().map(|p| grid_blocks(p, dtype.size(), sm_count)).max().unwrap_or(1);
+    // SAFETY: func is the batch twin and takes one FoldBatch; the caller's contract covers
+    // every fold in it.
+    unsafe { launch_with(stream, func, (blocks, ops.len() as u32), &mut b as *mut FoldBatch as *mut c_void) }
+}
+
+/// One cuLaunchKernel of a kernel with a single by-value parameter at `param`.
+///
+/// # Safety
+/// `func` belongs to the current context's module and its one parameter has the layout of
+/// `*param` (the driver copies it at launch); the buffers it names stay valid until the kernel
+/// has run.
+unsafe fn launch_with(stream: Stream, func: sys::CUfunction, (x, y): (u32, u32), param: *mut c_void) -> Result<()> {
+    let mut args = [param];
+    // SAFETY: the caller's contract; 256-thread blocks as every kernel declares.
     let res = unsafe {
         sys::cuLaunchKernel(
             func,
-            blocks,
-            1,
+            x,
+            y,
             1,
             BLOCK,
             1,

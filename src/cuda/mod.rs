@@ -10,9 +10,11 @@
 //!   allocations;
 //! - [`stream`]: stream-ordered copies and memory operations (wait/write a flag);
 //! - [`kernels`]: the reduction and copy kernels, compiled by NVRTC for the running GPU;
+//! - [`batch`]: a group's folds gathered into few launches;
 //! - [`vmm`]: ncclMemAlloc's exportable allocations (cuMem*) and their import by peers;
 //! - [`ipc`]: any device buffer as another process on this host finds it.
 
+pub mod batch;
 pub mod driver;
 pub mod ipc;
 pub mod kernels;

@@ -10,7 +10,8 @@
 use cudarc::driver::sys;
 
 use ferroccl::coll::reduce::{Post, Pre, ReduceKind, Reduction};
-use ferroccl::cuda::kernels::{self, FanOut, Fold, FoldParams, PreScalar, MAX_INPUTS};
+use ferroccl::cuda::batch::Launches;
+use ferroccl::cuda::kernels::{self, FanOut, Fold, FoldBatch, FoldParams, PreScalar, BATCH_MAX, MAX_INPUTS};
 use ferroccl::cuda::stream::Stream;
 use ferroccl::cuda::{driver, memory};
 use ferroccl::types::{BuiltinOp, DataType};
@@ -197,6 +198,12 @@ trait Exec {
     /// # Safety
     /// Inputs of `outs.len() * group_bytes` bytes and outputs of `count` elements, from `alloc`.
     unsafe fn fold_groups(&self, f: &Fold<'_>, outs: &[*mut u8], group_bytes: usize) -> bool;
+    /// Runs the folds of a group, in order, as the library launches them (batched where they
+    /// allow it), to completion.
+    ///
+    /// # Safety
+    /// As for `fold`, for every fold.
+    unsafe fn group(&self, folds: &[Fold<'_>]);
 }
 
 struct Gpu;
@@ -236,6 +243,15 @@ impl Exec for Gpu {
         Stream(0).synchronize().expect("kernel ran");
         queued
     }
+    unsafe fn group(&self, folds: &[Fold<'_>]) {
+        let mut launches = Launches::new(Stream(0));
+        for f in folds {
+            // SAFETY: as for fold.
+            unsafe { launches.fold(f) }.expect("fold queued");
+        }
+        launches.flush().expect("batch launch");
+        Stream(0).synchronize().expect("kernels ran");
+    }
 }
 
 /// kernels.cu built for the CPU as a shared library, with CUDA's builtins defined on the host.
@@ -250,8 +266,10 @@ const HOST_PRELUDE: &str = r#"
 #define __global__
 #define __forceinline__ inline
 #define __launch_bounds__(x)
-struct FerrocclDim { unsigned x; };
-static FerrocclDim blockIdx{0}, threadIdx{0}, blockDim{1}, gridDim{1};
+struct FerrocclDim { unsigned x, y; };
+static FerrocclDim blockIdx{0, 0}, threadIdx{0, 0}, blockDim{1, 1}, gridDim{1, 1};
+// The batch kernels pick their fold by blockIdx.y: the test sets it before each call.
+extern "C" void ferroccl_host_set_block_y(unsigned y) { blockIdx.y = y; }
 static inline float __uint_as_float(unsigned b) { float f; memcpy(&f, &b, 4); return f; }
 static inline unsigned __float_as_uint(float f) { unsigned b; memcpy(&b, &f, 4); return b; }
 static inline double __longlong_as_double(long long b) { double f; memcpy(&f, &b, 8); return f; }
@@ -356,6 +374,159 @@ impl Exec for HostEmulation {
         kernel(p);
         true
     }
+    unsafe fn group(&self, folds: &[Fold<'_>]) {
+        // The batch entry point of each run of one kernel, called once per row of blocks
+        // (blockIdx.y), as the GPU runs it; which folds may share a launch is cuda::batch's
+        // (unit-tested) decision, here the run is cut only by kernel and batch size.
+        let set_y = self.symbol("ferroccl_host_set_block_y");
+        // SAFETY: the symbol is `extern "C" void f(unsigned)` (HOST_PRELUDE).
+        let set_y: extern "C" fn(u32) = unsafe { std::mem::transmute(set_y) };
+        let mut i = 0;
+        while i < folds.len() {
+            let (dtype, kind) = (folds[i].dtype, folds[i].kind);
+            let run = folds[i..].iter().take_while(|f| (f.dtype, f.kind) == (dtype, kind)).count().min(BATCH_MAX);
+            let params: Vec<FoldParams> =
+                folds[i..i + run].iter().map(|f| kernels::fold_params(f).expect("valid fold")).collect();
+            let batch = FoldBatch::of(&params).expect("batch");
+            let sym = self.symbol(&kernels::batch_kernel_name(dtype, kind));
+            // SAFETY: the symbol is `extern "C" void f(const FoldBatch)` and FoldBatch is
+            // repr(C) as kernels.cu declares it.
+            let kernel: extern "C" fn(FoldBatch) = unsafe { std::mem::transmute(sym) };
+            for y in 0..run {
+                set_y(y as u32);
+                kernel(batch);
+            }
+            set_y(0);
+            i += run;
+        }
+    }
+}
+
+impl HostEmulation {
+    fn symbol(&self, name: &str) -> *mut std::ffi::c_void {
+        let c = std::ffi::CString::new(name).expect("name");
+        // SAFETY: lib is a live handle; the name is NUL-terminated.
+        let sym = unsafe { libc::dlsym(self.lib, c.as_ptr()) };
+        assert!(!sym.is_null(), "{name} missing from the host build");
+        sym
+    }
+}
+
+/// A group of folds (as a group of small collectives makes them) against the host reduction
+/// applied one fold after the other: independent folds (batched), two identical ones, folds
+/// that read or overwrite an earlier one's result (which must run after it), other kernels in
+/// between, more folds than one batch holds, per-input scalars, an element-wise tail.
+fn run_group(exec: &dyn Exec, label: &str) {
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    const BUFS: usize = 24;
+    const CAP: usize = (4096 + 3) * 8 + SLACK;
+    let bufs: Vec<*mut u8> = (0..BUFS).map(|_| exec.alloc(CAP)).collect();
+    let mut model: Vec<Vec<u8>> = (0..BUFS).map(|_| fill(DataType::Uint8, CAP, &mut rng)).collect();
+    for (b, m) in bufs.iter().zip(&model) {
+        exec.upload(*b, m);
+    }
+    struct Spec {
+        dtype: DataType,
+        kind: ReduceKind,
+        ins: Vec<usize>,
+        out: usize,
+        more: Vec<usize>,
+        count: usize,
+        pre: bool,
+    }
+    let spec = |dtype, kind, ins: &[usize], out, more: &[usize], count| Spec {
+        dtype,
+        kind,
+        ins: ins.to_vec(),
+        out,
+        more: more.to_vec(),
+        count,
+        pre: false,
+    };
+    let (f32_, bf16) = (DataType::Float32, DataType::Bfloat16);
+    let (sum, max) = (ReduceKind::Sum, ReduceKind::Max);
+    let mut specs = vec![
+        spec(f32_, sum, &[0, 1], 2, &[], 1000),
+        spec(f32_, sum, &[3, 4], 5, &[6], 7),
+        // The first one again (identical: may run beside it).
+        spec(f32_, sum, &[0, 1], 2, &[], 1000),
+        // Reads the first one's result.
+        spec(f32_, sum, &[2, 0], 7, &[], 1000),
+        spec(bf16, max, &[8, 9], 10, &[], 4096 + 3),
+        // In place over the previous result.
+        spec(bf16, max, &[10, 8], 10, &[], 4096 + 3),
+        spec(f32_, sum, &[11, 12], 13, &[], 1),
+    ];
+    // Eight independent ones, more than a batch holds, sharing inputs and writing disjoint
+    // stretches of buffers 19-23 (placed below).
+    for k in 0..8 {
+        let mut s = spec(f32_, sum, &[14 + k % 3, 17 + k % 2], 19 + k % 5, &[], 16 + 4 * k);
+        s.pre = k % 2 == 1;
+        specs.push(s);
+    }
+    let mut folds_ptrs: Vec<(Vec<*const u8>, *mut u8, Vec<*mut u8>, Vec<PreScalar>)> = Vec::new();
+    let mut used: Vec<Vec<(usize, usize)>> = vec![Vec::new(); BUFS];
+    for s in &specs {
+        let size = s.dtype.size();
+        let bytes = s.count * size;
+        // Buffers 19-23 take several folds' outputs, each past the one before.
+        let at = if s.out >= 19 {
+            let next = used[s.out].iter().map(|&(a, b)| a + b).max().unwrap_or(0).next_multiple_of(16);
+            used[s.out].push((next, bytes));
+            next
+        } else {
+            0
+        };
+        let ins: Vec<*const u8> = s.ins.iter().map(|&b| bufs[b] as *const u8).collect();
+        let out = bufs[s.out].wrapping_add(at);
+        let more: Vec<*mut u8> = s.more.iter().map(|&b| bufs[b]).collect();
+        let pre: Vec<PreScalar> = if s.pre {
+            (0..ins.len()).map(|_| PreScalar::Bits(scalar_bits(s.dtype, &mut rng))).collect()
+        } else {
+            Vec::new()
+        };
+        // The model: the same fold on the host, in order.
+        let inputs: Vec<Vec<u8>> = s.ins.iter().map(|&b| model[b][..bytes].to_vec()).collect();
+        let host_pre: Vec<Pre> = match pre.is_empty() {
+            true => vec![Pre::None; ins.len()],
+            false => pre
+                .iter()
+                .map(|p| match p {
+                    PreScalar::Bits(b) => Pre::Mul(*b),
+                    _ => Pre::None,
+                })
+                .collect(),
+        };
+        let result = host_fold(s.dtype, s.kind, &inputs, &host_pre, Post::None);
+        model[s.out][at..at + bytes].copy_from_slice(&result);
+        for &m in &s.more {
+            model[m][..bytes].copy_from_slice(&result);
+        }
+        folds_ptrs.push((ins, out, more, pre));
+    }
+    let folds: Vec<Fold<'_>> = specs
+        .iter()
+        .zip(&folds_ptrs)
+        .map(|(s, (ins, out, more, pre))| Fold {
+            dtype: s.dtype,
+            kind: s.kind,
+            out: *out,
+            inputs: ins,
+            pre,
+            post_div: None,
+            count: s.count,
+            more_outs: more,
+        })
+        .collect();
+    // SAFETY: every pointer comes from exec.alloc with room for its fold's elements.
+    unsafe { exec.group(&folds) };
+    for (b, (&p, want)) in bufs.iter().zip(&model).enumerate() {
+        let mut got = vec![0u8; CAP];
+        exec.download(&mut got, p);
+        assert!(got == *want, "{label}: buffer {b} differs from the folds run one after the other");
+    }
+    bufs.iter().for_each(|&p| exec.free(p));
+    println!("{label}: a group of {} folds exact", folds.len());
 }
 
 /// Grouped folds (a reduce-scatter in one launch) against the host reduction per group: every
@@ -736,6 +907,7 @@ fn fold_kernels_match_the_host_reduction_bit_for_bit() {
     run_all(&Gpu, &GPU_COUNTS, "cuda fold kernels (GPU)");
     run_fan_outs(&Gpu, "cuda grouped copies (GPU)");
     run_grouped_folds(&Gpu, "cuda grouped folds (GPU)");
+    run_group(&Gpu, "cuda batched folds (GPU)");
 }
 
 #[test]
@@ -750,4 +922,5 @@ fn fold_kernel_source_matches_the_host_reduction_on_the_cpu() {
     run_all(&exec, &HOST_COUNTS, "cuda fold kernels (kernels.cu on the CPU)");
     run_fan_outs(&exec, "cuda grouped copies (kernels.cu on the CPU)");
     run_grouped_folds(&exec, "cuda grouped folds (kernels.cu on the CPU)");
+    run_group(&exec, "cuda batched folds (kernels.cu on the CPU)");
 }
