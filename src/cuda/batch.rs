@@ -3,7 +3,8 @@
 //! A group of small collectives would otherwise cost one kernel launch each, and at a few
 //! bytes a launch costs more than its work. [`Launches`] holds the folds queued on one stream
 //! and sends consecutive ones of the same kernel out as one batch launch
-//! ([`kernels::FoldBatch`], up to [`kernels::BATCH_MAX`] folds), where they run side by side.
+//! ([`kernels::FoldBatch`], up to [`kernels::BATCH_MAX`] folds of up to 1 MiB each), where they
+//! run side by side.
 //! That is safe only between folds that do not depend on each other: a fold joins the batch
 //! unless it reads or writes bytes a queued one writes, or writes bytes a queued one reads
 //! (identical folds may write the same bytes: they write the same values). Anything else on
@@ -16,6 +17,10 @@ use super::stream::Stream;
 use crate::error::Result;
 use crate::reduce::ReduceKind;
 use crate::types::DataType;
+
+/// Folds that read or write a buffer of more bytes than this launch alone, as before batching: their launch costs little
+/// next to their work, and a batch's rows are as wide as its widest fold's.
+const BATCH_FOLD_MAX: u64 = 1 << 20;
 
 /// A fold waiting for its launch, with the bytes it reads and writes.
 struct Queued {
@@ -121,8 +126,15 @@ impl Launches {
         }
     }
 
+    /// Queues a fold whose launch contract the caller (an unsafe queuing function) holds.
     fn push(&mut self, dtype: DataType, kind: ReduceKind, params: FoldParams) -> Result<()> {
         let q = Queued::new(params, dtype.size());
+        if q.reads.iter().chain(&q.writes).any(|r| r.end - r.start > BATCH_FOLD_MAX) {
+            self.flush()?;
+            // SAFETY: the queuing function's contract; the folds queued before it went out
+            // first, so stream order holds.
+            return unsafe { kernels::launch(self.stream, dtype, kind, params) };
+        }
         if !self.joins((dtype, kind), &q) {
             self.flush()?;
         }
