@@ -464,7 +464,14 @@ fn run_group(exec: &dyn Exec, label: &str) {
         s.pre = k % 2 == 1;
         specs.push(s);
     }
-    let mut folds_ptrs: Vec<(Vec<*const u8>, *mut u8, Vec<*mut u8>, Vec<PreScalar>)> = Vec::new();
+    // Each fold's buffers, which its Fold borrows.
+    struct Placed {
+        ins: Vec<*const u8>,
+        out: *mut u8,
+        more: Vec<*mut u8>,
+        pre: Vec<PreScalar>,
+    }
+    let mut placed: Vec<Placed> = Vec::new();
     let mut used: Vec<Vec<(usize, usize)>> = vec![Vec::new(); BUFS];
     for s in &specs {
         let size = s.dtype.size();
@@ -502,20 +509,20 @@ fn run_group(exec: &dyn Exec, label: &str) {
         for &m in &s.more {
             model[m][..bytes].copy_from_slice(&result);
         }
-        folds_ptrs.push((ins, out, more, pre));
+        placed.push(Placed { ins, out, more, pre });
     }
     let folds: Vec<Fold<'_>> = specs
         .iter()
-        .zip(&folds_ptrs)
-        .map(|(s, (ins, out, more, pre))| Fold {
+        .zip(&placed)
+        .map(|(s, p)| Fold {
             dtype: s.dtype,
             kind: s.kind,
-            out: *out,
-            inputs: ins,
-            pre,
+            out: p.out,
+            inputs: &p.ins,
+            pre: &p.pre,
             post_div: None,
             count: s.count,
-            more_outs: more,
+            more_outs: &p.more,
         })
         .collect();
     // SAFETY: every pointer comes from exec.alloc with room for its fold's elements.
