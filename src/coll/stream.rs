@@ -414,6 +414,14 @@ fn single_rank_group(ops: &[(Arc<Comm>, OpRequest)]) -> Result<()> {
     }
 }
 
+/// Whether `stream` belongs to the calling thread's current context, whose kernels a launch
+/// on it uses (a device copy works from any context: a group of one-rank communicators on
+/// several GPUs keeps its copies there).
+fn stream_of_current_context(stream: Stream) -> bool {
+    let Some(current) = driver::current_context() else { return false };
+    stream.0 <= 2 || stream.context().is_ok_and(|c| c.0 == current.0)
+}
+
 /// Copies up to this size in a group of one-rank operations run as kernels, so that the
 /// group's copies share launches; larger ones stay device copies (cuMemcpyAsync), which move
 /// large buffers fastest.
@@ -446,7 +454,11 @@ fn single_rank(req: &OpRequest, launches: &mut Launches, grouped: bool) -> Resul
             unsafe { launches.fold(&f) }
         }
         _ if std::ptr::eq(req.send, req.recv) => Ok(()),
-        _ if grouped && send_len.min(recv_len) <= GROUPED_COPY_MAX && kernels::loaded(DataType::Uint8) => {
+        _ if grouped
+            && send_len.min(recv_len) <= GROUPED_COPY_MAX
+            && kernels::loaded(DataType::Uint8)
+            && stream_of_current_context(req.stream) =>
+        {
             let f = kernels::Fold {
                 dtype: DataType::Uint8,
                 kind: crate::reduce::ReduceKind::Sum,

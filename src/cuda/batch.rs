@@ -48,6 +48,47 @@ fn overlap(a: &[Range<u64>], b: &[Range<u64>]) -> bool {
     a.iter().any(|x| b.iter().any(|y| x.start < y.end && y.start < x.end))
 }
 
+/// Where a new fold goes.
+enum Admit {
+    /// Into the queued batch.
+    Join,
+    /// Into a new batch, after the queued one.
+    After,
+    /// Into a launch of its own, after the queued batch (a large fold).
+    Alone,
+}
+
+/// The launches [`Launches`] makes of `folds` queued in this order: each range is one launch
+/// (the host emulation of the kernels runs them as the GPU would; no fold is launched here).
+pub fn plan(folds: &[(DataType, ReduceKind, FoldParams)]) -> Vec<Range<usize>> {
+    let mut l = Launches::new(Stream(0));
+    let mut launches = Vec::new();
+    let mut start = 0;
+    for (i, &(dtype, kind, params)) in folds.iter().enumerate() {
+        let q = Queued::new(params, dtype.size());
+        let admit = l.admit((dtype, kind), &q);
+        if !matches!(admit, Admit::Join) {
+            if i > start {
+                launches.push(start..i);
+            }
+            start = i;
+            l.queued.clear();
+        }
+        l.kernel = Some((dtype, kind));
+        l.queued.push(q);
+        if matches!(admit, Admit::Alone) {
+            launches.push(i..i + 1);
+            start = i + 1;
+            l.queued.clear();
+            l.kernel = None;
+        }
+    }
+    if start < folds.len() {
+        launches.push(start..folds.len());
+    }
+    launches
+}
+
 /// Kernel launches queued on one stream, sent out in batches (see the module comment).
 /// Nothing is launched until [`Launches::flush`] (or a copy) is called: dropping it discards
 /// what is queued.
@@ -71,7 +112,8 @@ impl Launches {
         if f.count == 0 {
             return Ok(());
         }
-        self.push(f.dtype, f.kind, p)
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.push(f.dtype, f.kind, p) }
     }
 
     /// Queues a grouped copy ([`kernels::fan_out`]); `Ok(false)` (nothing queued) where the
@@ -82,8 +124,9 @@ impl Launches {
     pub unsafe fn fan_out(&mut self, f: &FanOut<'_>) -> Result<bool> {
         let Some(p) = kernels::fan_out_params(f) else { return Ok(false) };
         if f.bytes > 0 {
-            // A copy is the byte type's sum kernel with one input (fan_out_params).
-            self.push(DataType::Uint8, ReduceKind::Sum, p)?;
+            // SAFETY: the caller's contract; a copy is the byte type's sum kernel with one
+            // input (fan_out_params).
+            unsafe { self.push(DataType::Uint8, ReduceKind::Sum, p)? };
         }
         Ok(true)
     }
@@ -96,7 +139,8 @@ impl Launches {
     pub unsafe fn fold_groups(&mut self, f: &Fold<'_>, outs: &[*mut u8], group_bytes: usize) -> Result<bool> {
         let Some(p) = kernels::grouped_fold_params(f, outs, group_bytes)? else { return Ok(false) };
         if f.count > 0 {
-            self.push(f.dtype, f.kind, p)?;
+            // SAFETY: the caller's contract, passed on.
+            unsafe { self.push(f.dtype, f.kind, p)? };
         }
         Ok(true)
     }
@@ -126,21 +170,36 @@ impl Launches {
         }
     }
 
-    /// Queues a fold whose launch contract the caller (an unsafe queuing function) holds.
-    fn push(&mut self, dtype: DataType, kind: ReduceKind, params: FoldParams) -> Result<()> {
+    /// Queues a fold.
+    ///
+    /// # Safety
+    /// As for [`kernels::fold`] with `params`, until the launch has run.
+    unsafe fn push(&mut self, dtype: DataType, kind: ReduceKind, params: FoldParams) -> Result<()> {
         let q = Queued::new(params, dtype.size());
-        if q.reads.iter().chain(&q.writes).any(|r| r.end - r.start > BATCH_FOLD_MAX) {
-            self.flush()?;
-            // SAFETY: the queuing function's contract; the folds queued before it went out
-            // first, so stream order holds.
-            return unsafe { kernels::launch(self.stream, dtype, kind, params) };
-        }
-        if !self.joins((dtype, kind), &q) {
-            self.flush()?;
+        match self.admit((dtype, kind), &q) {
+            Admit::Alone => {
+                self.flush()?;
+                // SAFETY: the caller's contract; the folds queued before it went out first,
+                // so stream order holds.
+                return unsafe { kernels::launch(self.stream, dtype, kind, params) };
+            }
+            Admit::After => self.flush()?,
+            Admit::Join => {}
         }
         self.kernel = Some((dtype, kind));
         self.queued.push(q);
         Ok(())
+    }
+
+    /// How `q`, a fold of `kernel`, goes out next to the queued folds.
+    fn admit(&self, kernel: (DataType, ReduceKind), q: &Queued) -> Admit {
+        if q.reads.iter().chain(&q.writes).any(|r| r.end - r.start > BATCH_FOLD_MAX) {
+            Admit::Alone
+        } else if self.joins(kernel, q) {
+            Admit::Join
+        } else {
+            Admit::After
+        }
     }
 
     /// Whether `q`, a fold of `kernel`, can go out in the same launch as the queued folds.
@@ -251,5 +310,20 @@ mod tests {
         assert!(l.joins(f32_sum, &more));
         assert!(!l.joins((DataType::Float32, ReduceKind::Max), &more), "another kernel");
         assert!(!l.joins(f32_sum, &queued(copy_fold(0x3000, 0x1000, 16))), "reads a queued output");
+    }
+
+    #[test]
+    fn plans_cut_at_the_limit_dependencies_other_kernels_and_large_folds() {
+        let f32_sum = |p| (DataType::Float32, ReduceKind::Sum, p);
+        let independent: Vec<_> =
+            (0..9).map(|k| f32_sum(copy_fold(0x1000 * (k + 1), 0x100_0000 + 0x1000 * k, 16))).collect();
+        assert_eq!(plan(&independent), vec![0..7, 7..9]);
+        let mut mixed = independent[..3].to_vec();
+        // Reads fold 0's output; then another kernel; then a fold of 2 MiB; then one more.
+        mixed.push(f32_sum(copy_fold(0x50_0000, 0x1000, 16)));
+        mixed.push((DataType::Float32, ReduceKind::Max, copy_fold(0x60_0000, 0x70_0000, 16)));
+        mixed.push(f32_sum(copy_fold(0x80_0000, 0x200_0000, 512 << 10)));
+        mixed.push(f32_sum(copy_fold(0x90_0000, 0xa0_0000, 16)));
+        assert_eq!(plan(&mixed), vec![0..3, 3..4, 4..5, 5..6, 6..7]);
     }
 }

@@ -815,8 +815,9 @@ pub(super) unsafe fn launch(stream: Stream, dtype: DataType, kind: ReduceKind, m
 /// row of blocks per fold, each as wide as the widest fold's own launch.
 ///
 /// # Safety
-/// As for [`launch`], for every fold; no fold may read or write bytes another one writes,
-/// unless the two are identical.
+/// As for [`launch`], for every fold; no fold may read bytes another one writes, and two
+/// folds may write the same bytes only if they are identical and neither reads what it
+/// writes.
 pub(super) unsafe fn launch_batch(stream: Stream, dtype: DataType, kind: ReduceKind, ops: &[FoldParams]) -> Result<()> {
     let (_, func, sm_count) = functions(dtype, kind)?;
     let mut b = FoldBatch::of(ops)?;
@@ -892,6 +893,7 @@ mod tests {
         let includes = SOURCE.lines().filter(|l| l.trim_start().starts_with("#include")).count();
         assert_eq!(includes, 0, "NVRTC has no toolkit headers to include");
         assert!(SOURCE.contains("FERROCCL_MAX_INPUTS 16"), "MAX_INPUTS differs from kernels.cu");
+        assert!(SOURCE.contains("FERROCCL_BATCH_MAX 7") && BATCH_MAX == 7, "BATCH_MAX differs from kernels.cu");
     }
 
     fn fold_of<'a>(inputs: &'a [*const u8], pre: &'a [PreScalar], post_div: Option<u64>) -> Fold<'a> {

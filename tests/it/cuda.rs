@@ -215,7 +215,7 @@ fn device_collectives(rank: usize, n: usize, comm: ncclComm_t) {
     expect_eq(&reduced.download(), &expect, "grouped all-reduce");
 
     // A group of small all-reduces (their kernels share launches on one GPU, cuda::batch):
-    // one in place, the same one twice out of place, and ten independent ones, more than one
+    // one in place, the same one twice out of place, and nine independent ones, more than one
     // launch takes. (NCCL does not order the operations of a group, so none reads another's
     // result here; cuda::batch keeps such folds apart all the same, tests/it/cuda_kernels.rs.)
     let (first, again) = (DevBuf::new(count), DevBuf::new(count));

@@ -10,8 +10,8 @@
 use cudarc::driver::sys;
 
 use ferroccl::coll::reduce::{Post, Pre, ReduceKind, Reduction};
-use ferroccl::cuda::batch::Launches;
-use ferroccl::cuda::kernels::{self, FanOut, Fold, FoldBatch, FoldParams, PreScalar, BATCH_MAX, MAX_INPUTS};
+use ferroccl::cuda::batch::{self, Launches};
+use ferroccl::cuda::kernels::{self, FanOut, Fold, FoldBatch, FoldParams, PreScalar, MAX_INPUTS};
 use ferroccl::cuda::stream::Stream;
 use ferroccl::cuda::{driver, memory};
 use ferroccl::types::{BuiltinOp, DataType};
@@ -375,29 +375,27 @@ impl Exec for HostEmulation {
         true
     }
     unsafe fn group(&self, folds: &[Fold<'_>]) {
-        // The batch entry point of each run of one kernel, called once per row of blocks
-        // (blockIdx.y), as the GPU runs it; which folds may share a launch is cuda::batch's
-        // (unit-tested) decision, here the run is cut only by kernel and batch size.
+        // The launches the library makes of these folds (cuda::batch::plan), each batch's rows
+        // run last to first: folds that may share a launch give the same result in any order,
+        // and a dependency the plan missed shows.
         let set_y = self.symbol("ferroccl_host_set_block_y");
         // SAFETY: the symbol is `extern "C" void f(unsigned)` (HOST_PRELUDE).
         let set_y: extern "C" fn(u32) = unsafe { std::mem::transmute(set_y) };
-        let mut i = 0;
-        while i < folds.len() {
-            let (dtype, kind) = (folds[i].dtype, folds[i].kind);
-            let run = folds[i..].iter().take_while(|f| (f.dtype, f.kind) == (dtype, kind)).count().min(BATCH_MAX);
-            let params: Vec<FoldParams> =
-                folds[i..i + run].iter().map(|f| kernels::fold_params(f).expect("valid fold")).collect();
+        let planned: Vec<(DataType, ReduceKind, FoldParams)> =
+            folds.iter().map(|f| (f.dtype, f.kind, kernels::fold_params(f).expect("valid fold"))).collect();
+        for launch in batch::plan(&planned) {
+            let (dtype, kind, _) = planned[launch.start];
+            let params: Vec<FoldParams> = planned[launch.clone()].iter().map(|p| p.2).collect();
             let batch = FoldBatch::of(&params).expect("batch");
             let sym = self.symbol(&kernels::batch_kernel_name(dtype, kind));
             // SAFETY: the symbol is `extern "C" void f(const FoldBatch)` and FoldBatch is
             // repr(C) as kernels.cu declares it.
             let kernel: extern "C" fn(FoldBatch) = unsafe { std::mem::transmute(sym) };
-            for y in 0..run {
+            for y in (0..params.len()).rev() {
                 set_y(y as u32);
                 kernel(batch);
             }
             set_y(0);
-            i += run;
         }
     }
 }
