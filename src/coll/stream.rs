@@ -937,12 +937,14 @@ pub fn drain_current_thread() {
 /// Rejects device buffers of a device other than the communicator's, and calls that mix host
 /// and device buffers. Returns the call's memory kind.
 pub fn memory_kind(comm: &Comm, req: &OpRequest, function: &str) -> Result<MemKind> {
-    if !crate::cuda::driver::available() {
-        return Ok(MemKind::Host); // no device memory can exist: skip the per-buffer checks
-    }
+    // No driver, or no context current in this thread: the driver knows no pointer here, so
+    // both buffers are host memory. One context check per call, not one per buffer.
+    let Some(current) = crate::cuda::driver::current_context() else {
+        return Ok(MemKind::Host);
+    };
     let (send_len, recv_len) = buffer_lengths(req, comm.rank, comm.nranks)?;
-    let send = (send_len > 0).then(|| crate::cuda::memory::classify(req.send));
-    let recv = (recv_len > 0).then(|| crate::cuda::memory::classify(req.recv));
+    let send = (send_len > 0).then(|| crate::cuda::memory::classify_in_context(&current, req.send));
+    let recv = (recv_len > 0).then(|| crate::cuda::memory::classify_in_context(&current, req.recv));
     let kind = match (send, recv) {
         (Some(a), Some(b)) if a.is_device() != b.is_device() => {
             return Err(Error::invalid_argument(format!(
