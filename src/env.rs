@@ -199,8 +199,8 @@ pub static PARAMS: &[Param] = &[
         Bytes,
         "33554432",
         "From this size on, a staged all-reduce, broadcast or reduce on device buffers runs as up \
-         to 16 separate operations on pieces of its buffers instead of one operation staged piece \
-         by piece; the same on every rank",
+         to 16 separate operations on pieces of its buffers (each at least 8 MiB) instead of one \
+         operation staged piece by piece; the same on every rank",
     ),
     param(
         "FERROCCL_TREE_THRESHOLD",

@@ -480,7 +480,7 @@ fn single_rank(req: &OpRequest, launches: &mut Launches, grouped: bool) -> Resul
 /// Stages a job's copies and flag operations on its streams and hands it to the worker.
 fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
     if let [(comm, req)] = ops.as_slice() {
-        if let Some(plan) = chunk_plan(req, piece_bytes()) {
+        if let Some(plan) = chunk_plan(req, separate_piece_bytes()) {
             return enqueue_chunked(w, comm.clone(), *req, &plan);
         }
     }
@@ -595,6 +595,21 @@ fn piece_bytes() -> usize {
     static PIECE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *PIECE.get_or_init(|| (crate::env::get_bytes("FERROCCL_STAGE_PIECE") as usize).max(4096))
 }
+
+/// The smallest separate operation a large staged one is cut into ([`chunk_plan`]): at least
+/// [`SEPARATE_PIECE_MIN`], and at least [`piece_bytes`].
+fn separate_piece_bytes() -> usize {
+    piece_bytes().max(SEPARATE_PIECE_MIN)
+}
+
+/// Each separate operation costs the host engine a start and an end of its own: on an H100
+/// host over sockets (round 128, bench/results/staged-tls-2026-12-06.md), a 32 MiB TLS
+/// all-reduce cut into 16 operations of 2 MiB ran each in 750-1020 us, about 35% above its
+/// share of one host operation, with its input ready and the worker idle under 15 us between
+/// them. In 8 MiB operations (two alternations, device busbw / the floor): 32 MiB 0.67-0.72
+/// -> 0.93-0.94 with TLS, 0.68-0.79 -> 0.94-0.95 plaintext; 64 MiB 0.75-0.93 -> 0.90-0.94 TLS,
+/// 0.93-1.05 -> 1.04-1.17 plaintext.
+const SEPARATE_PIECE_MIN: usize = 8 << 20;
 
 /// Whether a job of these operations is staged piece by piece: one device operation (of any
 /// kind: the pieces are byte ranges of its buffers, which the ranks need not cut alike)
@@ -1028,6 +1043,17 @@ mod tests {
             assert_eq!(next, count, "{op:?}: every element once");
             // Every rank plans alike: the plan ignores the rank and the buffers.
             assert_eq!(chunk_plan(&device_req(op, count), piece), Some(plan));
+        }
+    }
+
+    #[test]
+    fn separate_pieces_are_at_least_eight_mib_and_at_most_sixteen() {
+        let piece = separate_piece_bytes();
+        assert!(piece >= SEPARATE_PIECE_MIN);
+        // 32 MiB of floats: four pieces of 8 MiB; 1 GiB: sixteen of 64 MiB.
+        for (bytes, pieces) in [(32usize << 20, 4), (64 << 20, 8), (128 << 20, 16), (1 << 30, 16)] {
+            let plan = chunk_plan(&device_req(CollOp::AllReduce, bytes / 4), piece).expect("cut");
+            assert_eq!(plan.ranges.len(), pieces, "{bytes} bytes");
         }
     }
 
