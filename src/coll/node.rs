@@ -193,24 +193,18 @@ const SPLIT_CHUNK: usize = 256 << 10;
 /// 128 KiB 2.7 -> 1.8, 256 KiB 5.0-5.6 -> 3.0-3.3; out of place even (1.55 -> 1.62, 2.9 ->
 /// 2.77, 5.1 -> 5.3-5.5).
 const SPLIT_MIN: usize = 64 << 10;
-/// [`PIECE`] for an all-reduce of `nranks` whose inputs or outputs are reached by kernel copies (one
+/// [`PIECE`] for an all-reduce whose inputs or outputs are reached by kernel copies (one
 /// system call per piece and peer). Measured on the 2-core VM, all-reduce with
 /// FERROCCL_NODE_STAGE_MAX=0 (min of 3 runs, us, 64 against 256 KiB): 2 ranks 512 KiB 97/58,
 /// 2 MiB 304/260, 8 MiB 2791/2111; 4 ranks 1 MiB 649/481, 4 MiB 2989/2540. Not for
 /// reduce-scatter (reads only): there 2 ranks took longer with it (1 MiB 104/137).
-/// Two ranks take 1 MiB pieces (a 2 MiB all-reduce is then one read and one write of the
-/// peer per rank): on an AMD EPYC 2-core VM, five alternating launches of 256 KiB against
-/// 1 MiB pieces, malloc'd buffers, us (bench/results/group-batch-2026-12-06.md): 1 MiB
-/// 109-189 / 101-118, 2 MiB 185-295 / 172-209 (4 of 5 faster), 4 MiB 384-505 / 360-410 (5 of
-/// 5); 8-64 MiB mixed (2 of 3 faster to 32 MiB). At 4 ranks on the 2 cores the two were
-/// within each other's spread (4 MiB 1578-1808 / 1469-1680), so more ranks keep 256 KiB.
-fn remote_piece(nranks: usize) -> usize {
-    if nranks <= 2 {
-        1 << 20
-    } else {
-        256 << 10
-    }
-}
+/// Larger pieces for two ranks split the hosts (bench/results/staged-tls-2026-12-06.md, us,
+/// 256 KiB / 1 MiB): the 16-core Intel host (round 129, three alternations) 2 MiB 268-271 /
+/// 321-359, 4 MiB 532-545 / 624-713, 8 MiB 1070-1158 / 1263-1424, 16 MiB 2316-2417 /
+/// 2629-3095, every launch; the AMD EPYC 2-core VM (twelve alternations over two sessions)
+/// 4 MiB 345-505 / 285-430, 1 MiB faster in 11 of 12, 8-16 MiB mixed. The larger gain and
+/// the larger machine decide: every rank count takes 256 KiB.
+const REMOTE_PIECE: usize = 256 << 10;
 /// Most bytes each rank reduces per round of an all-reduce through slots (its slice of the
 /// round). Smaller rounds synchronise more often; larger ones leave the cache between a
 /// piece's copy in, its reduction by a peer and its copy out. Measured on the 16-core host,
@@ -1004,7 +998,7 @@ impl NodeOp {
             PeerBuf::Direct(_) => None,
         });
         let kernel_copies = remote || remote_output.is_some();
-        let piece = if kernel_copies { remote_piece(n) } else { PIECE };
+        let piece = if kernel_copies { REMOTE_PIECE } else { PIECE };
         let words = scratch_words(piece.min(hi - lo), kernel_copies);
         scratch.resize(words * (1 + usize::from(remote)), 0);
         // The accumulator is read into from input 0 when that is remote (start_fold), else
