@@ -604,9 +604,9 @@ fn separate_piece_bytes() -> usize {
 
 /// Each separate operation costs the host engine a start and an end of its own: on an H100
 /// host over sockets (round 128, bench/results/staged-tls-2026-12-06.md), a 32 MiB TLS
-/// all-reduce cut into 16 operations of 2 MiB ran each in 750-1020 us, about 35% above its
-/// share of one host operation, with its input ready and the worker idle under 15 us between
-/// them. In 8 MiB operations (two alternations, device busbw / the floor): 32 MiB 0.67-0.72
+/// all-reduce cut into 16 operations of 2 MiB ran each (but a call's first) in 750-1020 us,
+/// about 35% above its share of one host operation, with its input ready and the worker idle
+/// under 15 us between them. Pieces are cut evenly ([`chunk_plan`]). In 8 MiB operations (two alternations, device busbw / the floor): 32 MiB 0.67-0.72
 /// -> 0.93-0.94 with TLS, 0.68-0.79 -> 0.94-0.95 plaintext; 64 MiB 0.75-0.93 -> 0.90-0.94 TLS,
 /// 0.93-1.05 -> 1.04-1.17 plaintext.
 const SEPARATE_PIECE_MIN: usize = 8 << 20;
@@ -741,9 +741,10 @@ fn separate_pieces_min() -> usize {
 }
 
 /// How to cut a staged operation into separate operations: element ranges [a, b) of every
-/// buffer, in order, covering the per-rank count exactly, in pieces of at least `chunk_bytes`
-/// and at most [`progressive::MAX_PIECES`]. `None`: below [`separate_pieces_min`] (staged
-/// piecewise as one operation instead), when its pieces are not contiguous ranges (all-gather,
+/// buffer, in order, covering the per-rank count exactly, in pieces of one size, at least
+/// `chunk_bytes` (the last within an element per piece of it), and at most
+/// [`progressive::MAX_PIECES`] of them. `None`: below [`separate_pieces_min`] or two whole
+/// `chunk_bytes` (staged piecewise as one operation instead), when its pieces are not contiguous ranges (all-gather,
 /// reduce-scatter, all-to-all, gather and scatter: pieces of their per-rank blocks need
 /// strided copies), or for point-to-point (see below).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -767,9 +768,16 @@ fn chunk_plan(req: &OpRequest, chunk_bytes: usize) -> Option<ChunkPlan> {
     if req.count.saturating_mul(req.dtype.size()) < separate_pieces_min() {
         return None;
     }
-    // The same cut as a piecewise operation's buffers, in elements.
+    // As many pieces as whole `chunk_bytes` fit (at most MAX_PIECES), of one size (the last
+    // shorter by less than an element per piece): a short tail would pay a whole operation's
+    // start and end. Fewer than two: staged piece by piece as one operation instead.
     let es = req.dtype.size();
-    let pieces = Pieces::new(req.count * es, chunk_bytes, es);
+    let len = req.count * es;
+    let n = (len / chunk_bytes.max(1)).min(progressive::MAX_PIECES);
+    if n < 2 {
+        return None;
+    }
+    let pieces = Pieces::new(len, len.div_ceil(n), es);
     let ranges = (0..pieces.count()).map(|k| pieces.range(k)).map(|(a, b)| (a / es, b / es)).collect();
     Some(ChunkPlan { ranges })
 }
@@ -1047,14 +1055,21 @@ mod tests {
     }
 
     #[test]
-    fn separate_pieces_are_at_least_eight_mib_and_at_most_sixteen() {
-        let piece = separate_piece_bytes();
-        assert!(piece >= SEPARATE_PIECE_MIN);
-        // 32 MiB of floats: four pieces of 8 MiB; 1 GiB: sixteen of 64 MiB.
-        for (bytes, pieces) in [(32usize << 20, 4), (64 << 20, 8), (128 << 20, 16), (1 << 30, 16)] {
-            let plan = chunk_plan(&device_req(CollOp::AllReduce, bytes / 4), piece).expect("cut");
+    fn separate_pieces_are_even_at_least_eight_mib_and_at_most_sixteen() {
+        assert!(separate_piece_bytes() >= SEPARATE_PIECE_MIN);
+        // Floats: 32 MiB as four pieces of 8 MiB; 33 MiB and a float as four of about 8.25 MiB
+        // (no short tail); 1 GiB as sixteen of 64 MiB.
+        let cases =
+            [(32usize << 20, 4), (33 << 20, 4), ((32 << 20) + 4, 4), (64 << 20, 8), (128 << 20, 16), (1 << 30, 16)];
+        for (bytes, pieces) in cases {
+            let plan = chunk_plan(&device_req(CollOp::AllReduce, bytes / 4), SEPARATE_PIECE_MIN).expect("cut");
             assert_eq!(plan.ranges.len(), pieces, "{bytes} bytes");
+            let sizes: Vec<usize> = plan.ranges.iter().map(|&(a, b)| (b - a) * 4).collect();
+            assert!(sizes.iter().all(|&s| s >= SEPARATE_PIECE_MIN - 4 * pieces), "{bytes} bytes: {sizes:?}");
+            assert!(sizes[0] - sizes[pieces - 1] < 4 * pieces, "{bytes} bytes: uneven {sizes:?}");
         }
+        // Under two whole pieces (a separate minimum set below 16 MiB): not cut.
+        assert_eq!(chunk_plan(&device_req(CollOp::AllReduce, (12 << 20) / 4), SEPARATE_PIECE_MIN), None);
     }
 
     #[test]
