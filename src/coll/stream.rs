@@ -606,9 +606,10 @@ fn separate_piece_bytes() -> usize {
 /// host over sockets (round 128, bench/results/staged-tls-2026-12-06.md), a 32 MiB TLS
 /// all-reduce cut into 16 operations of 2 MiB ran each (but a call's first) in 750-1020 us,
 /// about 35% above its share of one host operation, with its input ready and the worker idle
-/// under 15 us between them. Pieces are cut evenly ([`chunk_plan`]). In 8 MiB operations (two alternations, device busbw / the floor): 32 MiB 0.67-0.72
-/// -> 0.93-0.94 with TLS, 0.68-0.79 -> 0.94-0.95 plaintext; 64 MiB 0.75-0.93 -> 0.90-0.94 TLS,
-/// 0.93-1.05 -> 1.04-1.17 plaintext.
+/// under 15 us between them. Pieces are cut evenly ([`chunk_plan`]). In 8 MiB operations
+/// (two alternations, device busbw / the floor): 32 MiB 0.67-0.72 -> 0.93-0.94 with TLS,
+/// 0.68-0.79 -> 0.94-0.95 plaintext; 64 MiB 0.75-0.93 -> 0.90-0.94 TLS, 0.93-1.05 ->
+/// 1.04-1.17 plaintext.
 const SEPARATE_PIECE_MIN: usize = 8 << 20;
 
 /// Whether a job of these operations is staged piece by piece: one device operation (of any
@@ -744,9 +745,9 @@ fn separate_pieces_min() -> usize {
 /// buffer, in order, covering the per-rank count exactly, in pieces of one size, at least
 /// `chunk_bytes` (the last within an element per piece of it), and at most
 /// [`progressive::MAX_PIECES`] of them. `None`: below [`separate_pieces_min`] or two whole
-/// `chunk_bytes` (staged piecewise as one operation instead), when its pieces are not contiguous ranges (all-gather,
-/// reduce-scatter, all-to-all, gather and scatter: pieces of their per-rank blocks need
-/// strided copies), or for point-to-point (see below).
+/// `chunk_bytes` (staged piecewise as one operation instead), when its pieces are not
+/// contiguous ranges (all-gather, reduce-scatter, all-to-all, gather and scatter: pieces of
+/// their per-rank blocks need strided copies), or for point-to-point (see below).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct ChunkPlan {
     ranges: Vec<(usize, usize)>,
