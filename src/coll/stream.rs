@@ -419,7 +419,7 @@ fn single_rank_group(ops: &[(Arc<Comm>, OpRequest)]) -> Result<()> {
 /// several GPUs keeps its copies there).
 fn stream_of_current_context(stream: Stream) -> bool {
     let Some(current) = driver::current_context() else { return false };
-    stream.0 <= 2 || stream.context().is_ok_and(|c| c.0 == current.0)
+    stream.0 <= 2 || stream.context().is_ok_and(|c| c == current)
 }
 
 /// Copies up to this size in a group of one-rank operations run as kernels, so that the

@@ -18,8 +18,9 @@ use crate::error::Result;
 use crate::reduce::ReduceKind;
 use crate::types::DataType;
 
-/// Folds that read or write a buffer of more bytes than this launch alone, as before batching: their launch costs little
-/// next to their work, and a batch's rows are as wide as its widest fold's.
+/// Folds that read or write a buffer of more bytes than this launch alone, as before
+/// batching: their launch costs little next to their work, and a batch's rows are as wide as
+/// its widest fold's.
 const BATCH_FOLD_MAX: u64 = 1 << 20;
 
 /// A fold waiting for its launch, with the bytes it reads and writes.

@@ -449,8 +449,8 @@ static __device__ __forceinline__ void fold(const FoldParams& p) {
 // launches would otherwise cost more than their work: blockIdx.y picks the fold, which runs as
 // its own launch would on gridDim.x blocks. The caller batches only folds that read no byte
 // another one writes; two may write the same bytes only if identical and neither reads what it
-// writes. Must match
-// `FoldBatch` in kernels.rs (3984 bytes: kernel parameters are limited to 4 KiB).
+// writes. Must match `FoldBatch` in kernels.rs (3984 bytes: kernel parameters are limited to
+// 4 KiB).
 #define FERROCCL_BATCH_MAX 7
 struct FoldBatch {
     FoldParams ops[FERROCCL_BATCH_MAX];
