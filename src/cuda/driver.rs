@@ -99,9 +99,26 @@ pub fn describe(res: sys::CUresult) -> String {
     }
 }
 
-/// A CUDA context handle that may cross threads (contexts are process-wide objects).
+/// A CUDA context handle that may cross threads (contexts are process-wide objects). Made
+/// only from the driver's answers (this module), so holding one proves that CUDA is loaded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Context(pub(crate) sys::CUcontext);
+pub struct Context(sys::CUcontext);
+
+impl Context {
+    /// The context's identity, as a key for per-context caches.
+    pub fn key(self) -> usize {
+        self.0 as usize
+    }
+
+    /// The context stream `stream` belongs to (the current one for the legacy default
+    /// stream's handles 0 and 1).
+    pub fn of_stream(stream: super::stream::Stream) -> Result<Context> {
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: the stream is the caller's (or a default stream's handle); out-pointer is live.
+        check(unsafe { sys::cuStreamGetCtx(stream.0 as sys::CUstream, &mut ctx) }, "cuStreamGetCtx")?;
+        Ok(Context(ctx))
+    }
+}
 
 // SAFETY: a CUcontext is a process-wide handle; the driver allows using it from any thread.
 unsafe impl Send for Context {}
@@ -238,7 +255,7 @@ pub fn enable_peer_access_from(ctx: Context, peer: i32) -> Result<()> {
     let peer_ctx =
         primary_context(peer).ok_or_else(|| Error::internal(format!("no CUDA context for device {peer}")))?;
     static ENABLED: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
-    let key = (ctx.0 as usize, peer_ctx.0 as usize);
+    let key = (ctx.key(), peer_ctx.key());
     let mut enabled = ENABLED.lock().unwrap_or_else(|p| p.into_inner());
     if key.0 == key.1 || enabled.contains(&key) {
         return Ok(());

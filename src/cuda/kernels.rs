@@ -599,7 +599,7 @@ fn current_context_key() -> Result<usize> {
     }
     let ctx = driver::current_context()
         .ok_or_else(|| Error::Cuda { call: "cuCtxGetCurrent", message: "no CUDA context is current".into() })?;
-    let key = ctx.0 as usize;
+    let key = ctx.key();
     if cache().contexts.contains_key(&key) {
         return Ok(key);
     }
@@ -746,14 +746,14 @@ pub fn prepare_current_device() -> Result<()> {
 pub fn loaded(dtype: DataType) -> bool {
     let Some(ctx) = driver::current_context() else { return false };
     let t = kernel_index(dtype, ReduceKind::Sum) / OP_NAMES.len();
-    cache().contexts.get(&(ctx.0 as usize)).is_some_and(|c| c.types[t].is_some())
+    cache().contexts.get(&ctx.key()).is_some_and(|c| c.types[t].is_some())
 }
 
 /// Drops the kernels cached for the current context (call before an application destroys it
 /// if a new context might reuse its address).
 pub fn forget_current_context() {
     if let Some(ctx) = driver::current_context() {
-        cache().contexts.remove(&(ctx.0 as usize));
+        cache().contexts.remove(&ctx.key());
     }
 }
 

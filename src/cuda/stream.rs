@@ -28,10 +28,7 @@ impl Stream {
     /// The context the stream belongs to (the current one for the legacy default stream's
     /// handles 0 and 1).
     pub fn context(self) -> Result<crate::cuda::driver::Context> {
-        let mut ctx: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: the stream is the caller's (or a default stream's handle); out-pointer is live.
-        check(unsafe { sys::cuStreamGetCtx(self.raw(), &mut ctx) }, "cuStreamGetCtx")?;
-        Ok(crate::cuda::driver::Context(ctx))
+        crate::cuda::driver::Context::of_stream(self)
     }
 
     /// Whether the stream is being captured into a CUDA graph.
@@ -189,11 +186,11 @@ pub fn private_stream() -> Result<Stream> {
         .ok_or_else(|| crate::error::Error::invalid_usage("no current CUDA context"))?;
     let mut streams = STREAMS.lock().unwrap_or_else(|p| p.into_inner());
     let map = streams.get_or_insert_with(HashMap::new);
-    if let Some(s) = map.get(&(ctx.0 as usize)) {
+    if let Some(s) = map.get(&ctx.key()) {
         return Ok(*s);
     }
     let s = Stream::create()?;
-    map.insert(ctx.0 as usize, s);
+    map.insert(ctx.key(), s);
     Ok(s)
 }
 
