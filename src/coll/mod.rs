@@ -23,6 +23,7 @@ pub mod progressive;
 pub use crate::reduce;
 #[cfg(test)]
 mod sim;
+mod staging_pool;
 pub mod stream;
 
 use std::sync::Arc;

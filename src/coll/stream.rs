@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 
 use super::local_order::LocalOrder;
 use super::progressive::{self, reached, Pieces, StageProgress};
+use super::staging_pool::{staging_size, StagingPool};
 use super::{buffer_lengths, one_gpu, CollOp, OpRequest};
 use crate::comm::{Comm, CommState};
 use crate::cuda::batch::Launches;
@@ -94,20 +95,13 @@ impl Flags {
     }
 }
 
-/// A pinned staging buffer, busy until every stream that copies out of it has passed the
-/// given sequence numbers.
-struct Staging {
-    mem: Pinned,
-    busy_until: Vec<(usize, u32)>,
-}
-
 /// What one calling thread's worker shares with that thread.
 struct Shared {
     flags: Flags,
     context: Context,
     /// Streams by slot.
     streams: Mutex<Vec<Stream>>,
-    pool: Mutex<Vec<Staging>>,
+    pool: Mutex<StagingPool<Pinned>>,
     submitted: AtomicU32,
     completed: Mutex<u32>,
     completed_changed: Condvar,
@@ -126,37 +120,26 @@ impl Shared {
         Ok(streams.len() - 1)
     }
 
-    fn is_free(&self, s: &Staging) -> bool {
-        s.busy_until.iter().all(|&(slot, seq)| reached(self.flags.out(slot), seq))
+    fn lock_pool(&self) -> std::sync::MutexGuard<'_, StagingPool<Pinned>> {
+        self.pool.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A staging buffer of at least `len` bytes: a free pooled one, else a new one.
-    fn take_staging(&self, len: usize) -> Result<Staging> {
-        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
-        let best = pool
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| serves(s.mem.len(), len) && self.is_free(s))
-            .min_by_key(|(_, s)| s.mem.len())
-            .map(|(i, _)| i);
-        if let Some(i) = best {
-            let mut s = pool.swap_remove(i);
-            s.busy_until.clear();
-            return Ok(s);
+    /// A staging buffer of at least `len` bytes for job `job` (its last sequence number), copied
+    /// on stream `slot`: a pooled one free by the pool's rules, else a new one.
+    fn take_staging(&self, len: usize, slot: usize, job: u32) -> Result<(usize, Arc<Pinned>)> {
+        let mut pool = self.lock_pool();
+        if let Some(i) = pool.find(len, slot, |s| self.flags.out(s)) {
+            let t = pool.take(i, job);
+            return Ok((t.index, t.buf));
         }
-        // Pinned memory is never freed while the worker lives: freeing it can wait for every
-        // stream of the context, including one that waits on this library. Buffers are reused
-        // by size ([`serves`]), so the pool stays within about twice the largest operation's
-        // bytes per operation in flight.
-        let (count, bytes) = (pool.len(), pool.iter().map(|s| s.mem.len()).sum::<usize>());
+        let (count, bytes) = pool.totals();
         drop(pool);
         log::debug!(target: "COLL", "staging pool: new pinned buffer of {} bytes for {len} (pool holds {count} \
             buffers, {bytes} bytes, none free and of a serving size)", staging_size(len));
-        Ok(Staging { mem: Pinned::new(staging_size(len))?, busy_until: Vec::new() })
-    }
-
-    fn give_back(&self, staging: Vec<Staging>) {
-        self.pool.lock().unwrap_or_else(|p| p.into_inner()).extend(staging);
+        let mem = Pinned::new(staging_size(len))?;
+        let size = mem.len();
+        let t = self.lock_pool().add(mem, size, job);
+        Ok((t.index, t.buf))
     }
 
     fn wait_completed(&self, seq: u32) {
@@ -167,17 +150,52 @@ impl Shared {
     }
 }
 
-/// Bytes of a new staging buffer for `len` bytes: a power of two, a page at least.
-fn staging_size(len: usize) -> usize {
-    len.next_power_of_two().max(4096)
+/// The staging buffers one job being queued has taken (pool indices, and the stream slot
+/// that copies each). Dropped before [`Claim::hand_over`] (its enqueue returned before the
+/// worker got the job), they are free again once their streams pass the job's number.
+struct Claim<'a> {
+    shared: &'a Shared,
+    job: u32,
+    taken: Vec<(usize, usize)>,
+    handed: bool,
 }
 
-/// Whether a free pooled buffer of `have` bytes serves `len`: large enough, and at most one
-/// size class above what a new one would be, so that a piece's flag block or a small
-/// operation never ties up a large buffer that the next large operation then allocates
-/// again (pinned allocations are slow and never freed).
-fn serves(have: usize, len: usize) -> bool {
-    have >= len && have <= 2 * staging_size(len)
+impl<'a> Claim<'a> {
+    fn new(shared: &'a Shared, job: u32) -> Claim<'a> {
+        Claim { shared, job, taken: Vec::new(), handed: false }
+    }
+
+    /// A buffer of at least `len` bytes, copied on stream `slot`.
+    fn take(&mut self, len: usize, slot: usize) -> Result<Arc<Pinned>> {
+        let (index, buf) = self.shared.take_staging(len, slot, self.job)?;
+        self.taken.push((index, slot));
+        Ok(buf)
+    }
+
+    /// The job goes to the worker: its buffers are busy until the streams pass `marks`.
+    /// `queued_whole`: every copy and flag of the job is on its streams, so a later call on
+    /// the stream that copies a buffer may take it (the pool's same-stream rule). Returns the
+    /// pool indices, for the job.
+    fn hand_over(&mut self, marks: &[(usize, u32)], queued_whole: bool) -> Vec<usize> {
+        self.handed = true;
+        let mut pool = self.shared.lock_pool();
+        for &(index, slot) in &self.taken {
+            pool.handed_over(index, marks, queued_whole.then_some(slot));
+        }
+        self.taken.iter().map(|&(index, _)| index).collect()
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if self.handed {
+            return;
+        }
+        let mut pool = self.shared.lock_pool();
+        for &(index, slot) in &self.taken {
+            pool.abandoned_before_worker(index, &[(slot, self.job)]);
+        }
+    }
 }
 
 /// One group's (or call's) device operations, as the worker runs them.
@@ -186,7 +204,8 @@ struct Job {
     /// Per communicator, its operations in call order, on staged host copies.
     by_comm: Vec<(Arc<Comm>, Vec<OpRequest>)>,
     slots: Vec<usize>,
-    staging: Vec<Staging>,
+    /// Pool indices of its staging buffers (the last job of a chunked operation holds them).
+    staging: Vec<usize>,
     /// Queuing its stream work failed part-way: the worker only signals done, so that whatever
     /// the streams already wait for is released.
     abandoned: bool,
@@ -224,7 +243,7 @@ fn start_worker() -> Result<Worker> {
         flags: Flags::new()?,
         context,
         streams: Mutex::new(Vec::new()),
-        pool: Mutex::new(Vec::new()),
+        pool: Mutex::new(StagingPool::new()),
         submitted: AtomicU32::new(0),
         completed: Mutex::new(0),
         completed_changed: Condvar::new(),
@@ -275,20 +294,19 @@ fn worker_loop(shared: &Shared, jobs: mpsc::Receiver<Job>) {
                 comm.set_async_error(e);
             }
         }
-        // Back to the pool before the streams are released: the caller's next operation,
-        // queued as soon as its stream has passed this one, must find these buffers (a new
-        // pinned allocation costs milliseconds). The busy marks keep them from being reused
-        // before the streams have copied out of them.
-        for s in &mut job.staging {
-            s.busy_until = job.slots.iter().map(|&slot| (slot, job.seq)).collect();
-        }
-        if job.progress.as_ref().is_some_and(StageProgress::abandoned) {
-            // Its out flag was never queued, so a later operation's would free these buffers
-            // while a receive the engine posted before giving up may still write into them
-            // (transports with helper threads): they are never reused. Rare, and a leak.
-            std::mem::take(&mut job.staging).into_iter().for_each(std::mem::forget);
-        } else {
-            shared.give_back(std::mem::take(&mut job.staging));
+        // Released before the streams are: the caller's next operation on another stream,
+        // queued as soon as this one's stream has passed it, must find these buffers free (a
+        // new pinned allocation costs milliseconds).
+        //
+        // A job given up part-way never queued its out flag, so a later operation's would free
+        // its buffers while a receive the engine posted before giving up may still write into
+        // them (transports with helper threads): they are retired. Rare, and a leak.
+        let retire = job.progress.as_ref().is_some_and(StageProgress::abandoned);
+        {
+            let mut pool = shared.lock_pool();
+            for &index in &job.staging {
+                pool.finished(index, job.seq, retire);
+            }
         }
         shared.flags.set_done(job.seq);
         log::trace!(target: "COLL", "staged job {}: inputs ready after {} us, host engine {} us; worker got it @{} \
@@ -498,7 +516,7 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
             streams.push((req.stream, shared.slot_of(req.stream)?));
         }
     }
-    let mut staging = Vec::new();
+    let mut claim = Claim::new(shared, seq);
     let mut staged: Vec<(Arc<Comm>, OpRequest)> = Vec::with_capacity(ops.len());
     // (stream, device destination, staged source, bytes) for after the job.
     let mut copies_out: Vec<(Stream, *mut u8, *const u8, usize)> = Vec::new();
@@ -507,11 +525,10 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
         if let Some(at) = req.pre_device {
             // In stream order: the stream copies the scalar next to the inputs; the worker
             // reads it once the ready flag says the copies are done.
-            let s = shared.take_staging(8)?;
+            let s = claim.take(8, shared.slot_of(req.stream)?)?;
             // SAFETY: as for the input copies below; `at` is the user's device scalar.
-            unsafe { req.stream.copy(s.mem.as_ptr(), at as *const u8, req.dtype.size())? };
-            host.pre_device = Some(s.mem.as_ptr() as usize);
-            staging.push(s);
+            unsafe { req.stream.copy(s.as_ptr(), at as *const u8, req.dtype.size())? };
+            host.pre_device = Some(s.as_ptr() as usize);
         }
         if req.mem.is_device() {
             let (send_len, recv_len) = buffer_lengths(&req, comm.rank, comm.nranks)?;
@@ -519,20 +536,19 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
             // The host engine never sees a device address, even of a buffer it does not use.
             host.send = std::ptr::null();
             host.recv = std::ptr::null_mut();
+            let slot = shared.slot_of(req.stream)?;
             if send_len > 0 {
-                let s = shared.take_staging(send_len)?;
-                // SAFETY: the staging buffer is kept (by the job, then the pool's busy marks)
-                // until the stream has passed this point; the source is the caller's device
+                let s = claim.take(send_len, slot)?;
+                // SAFETY: the pool keeps the staging buffer (held by the job, then busy) until
+                // the stream has passed this operation; the source is the caller's device
                 // buffer, valid per the API contract.
-                unsafe { req.stream.copy(s.mem.as_ptr(), req.send, send_len)? };
-                host.send = s.mem.as_ptr();
-                staging.push(s);
+                unsafe { req.stream.copy(s.as_ptr(), req.send, send_len)? };
+                host.send = s.as_ptr();
             }
             if recv_len > 0 {
-                let s = shared.take_staging(recv_len)?;
-                host.recv = s.mem.as_ptr();
-                copies_out.push((req.stream, req.recv, s.mem.as_ptr(), recv_len));
-                staging.push(s);
+                let s = claim.take(recv_len, slot)?;
+                host.recv = s.as_ptr();
+                copies_out.push((req.stream, req.recv, s.as_ptr(), recv_len));
             }
         }
         staged.push((comm, host));
@@ -542,11 +558,13 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
     for &(stream, slot) in &streams {
         stream.write_flag(shared.flags.ready_addr(slot), seq)?;
     }
+    let marks: Vec<(usize, u32)> = streams.iter().map(|&(_, slot)| (slot, seq)).collect();
     if let Err(e) = order.publish_and_wait() {
         // The ready flags are out: the number goes to the worker anyway (it only signals done),
         // so that no later job is taken for ready by them.
         shared.submitted.store(seq, Ordering::Relaxed);
         let slots = streams.iter().map(|&(_, slot)| slot).collect();
+        let staging = claim.hand_over(&marks, false);
         let job = Job { seq, by_comm: Vec::new(), slots, staging, abandoned: true, progress: None };
         w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
         return Err(e);
@@ -567,7 +585,7 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
         seq,
         by_comm,
         slots: streams.iter().map(|&(_, slot)| slot).collect(),
-        staging,
+        staging: claim.hand_over(&marks, true),
         abandoned: false,
         progress: None,
     };
@@ -638,35 +656,43 @@ fn enqueue_progressive(w: &Worker, comm: Arc<Comm>, req: OpRequest, piece: usize
     let slot = shared.slot_of(stream)?;
     let (send_len, recv_len) = buffer_lengths(&req, comm.rank, comm.nranks)?;
     let es = req.dtype.size();
-    let send_stage = if send_len > 0 { Some(shared.take_staging(send_len)?) } else { None };
-    let recv_stage = if recv_len > 0 { Some(shared.take_staging(recv_len)?) } else { None };
-    let scalar_stage = if req.pre_device.is_some() { Some(shared.take_staging(8)?) } else { None };
-    let flag_stage = shared.take_staging(progressive::FLAG_BYTES)?;
-    let flags_dev = flag_stage.mem.device_ptr()?;
     let seq = shared.submitted.load(Ordering::Relaxed).wrapping_add(1);
+    let mut claim = Claim::new(shared, seq);
+    let send_stage = if send_len > 0 { Some(claim.take(send_len, slot)?) } else { None };
+    let recv_stage = if recv_len > 0 { Some(claim.take(recv_len, slot)?) } else { None };
+    let scalar_stage = if req.pre_device.is_some() { Some(claim.take(8, slot)?) } else { None };
+    // Not for the same-stream rule: the host resets the flag block here, at enqueue, while the
+    // stream and the worker may still be at an earlier job that uses it.
+    let data_buffers = claim.taken.len();
+    let flag_stage = claim.take(progressive::FLAG_BYTES, slot)?;
+    let flags_dev = flag_stage.device_ptr()?;
     let input = Pieces::new(send_len, piece, es);
     let output = Pieces::new(recv_len, piece, es);
     // SAFETY: the flag block is FLAG_BYTES (or more) of page-aligned pinned memory, kept by
     // the job (then by the pool's busy marks) until the stream and the worker are past it.
-    let progress = unsafe { StageProgress::new(flag_stage.mem.as_ptr(), seq, input, output) };
+    let progress = unsafe { StageProgress::new(flag_stage.as_ptr(), seq, input, output) };
     progress.reset();
     let mut host = req;
     host.mem = MemKind::Host;
-    host.send = send_stage.as_ref().map_or(std::ptr::null(), |s| s.mem.as_ptr() as *const u8);
-    host.recv = recv_stage.as_ref().map_or(std::ptr::null_mut(), |s| s.mem.as_ptr());
-    host.pre_device = scalar_stage.as_ref().map(|s| s.mem.as_ptr() as usize);
+    host.send = send_stage.as_ref().map_or(std::ptr::null(), |s| s.as_ptr() as *const u8);
+    host.recv = recv_stage.as_ref().map_or(std::ptr::null_mut(), |s| s.as_ptr());
+    host.pre_device = scalar_stage.as_ref().map(|s| s.as_ptr() as usize);
     // The plan the worker will follow (the same call on the same request: the same plan).
     let (input_order, output_order) = super::staged_orders(&comm, &host, input, output);
     let order = MatesOrder::count(&[(comm.clone(), req)]);
-    let send_base = send_stage.as_ref().map(|s| s.mem.as_ptr());
-    let recv_base = recv_stage.as_ref().map(|s| s.mem.as_ptr());
-    let scalar_base = scalar_stage.as_ref().map(|s| s.mem.as_ptr());
+    let send_base = send_stage.as_ref().map(|s| s.as_ptr());
+    let recv_base = recv_stage.as_ref().map(|s| s.as_ptr());
+    let scalar_base = scalar_stage.as_ref().map(|s| s.as_ptr());
     shared.submitted.store(seq, Ordering::Relaxed);
+    // Handed over before its copies are queued: the same-stream rule is allowed below, once
+    // they all are.
+    let staging = claim.hand_over(&[(slot, seq)], false);
+    let data_staging = staging[..data_buffers].to_vec();
     let job = Job {
         seq,
         by_comm: vec![(comm, vec![host])],
         slots: vec![slot],
-        staging: [send_stage, recv_stage, scalar_stage, Some(flag_stage)].into_iter().flatten().collect(),
+        staging,
         abandoned: false,
         progress: Some(progress),
     };
@@ -712,6 +738,12 @@ fn enqueue_progressive(w: &Worker, comm: Arc<Comm>, req: OpRequest, piece: usize
     // The staging is the worker's until the job is done (a send may still read it).
     stream.wait_flag(shared.flags.done_addr(), seq)?;
     stream.write_flag(shared.flags.out_addr(slot), seq)?;
+    {
+        let mut pool = shared.lock_pool();
+        for &index in &data_staging {
+            pool.allow_same_stream(index, slot);
+        }
+    }
     log::trace!(target: "COLL", "staged job {seq}: enqueue began @{began}, handed to the worker @{handed_over}, \
         queued @{} (wall us)", crate::debug::wall_us());
     Ok(seq)
@@ -792,20 +824,21 @@ fn enqueue_chunked(w: &Worker, comm: Arc<Comm>, req: OpRequest, plan: &ChunkPlan
     let slot = shared.slot_of(stream)?;
     let es = req.dtype.size();
     let (send_len, recv_len) = buffer_lengths(&req, comm.rank, comm.nranks)?;
-    let send_stage = if send_len > 0 { Some(shared.take_staging(send_len)?) } else { None };
-    let recv_stage = if recv_len > 0 { Some(shared.take_staging(recv_len)?) } else { None };
-    let scalar_stage = if req.pre_device.is_some() { Some(shared.take_staging(8)?) } else { None };
     let first = shared.submitted.load(Ordering::Relaxed).wrapping_add(1);
     let last = first.wrapping_add(plan.ranges.len() as u32 - 1);
+    let mut claim = Claim::new(shared, last);
+    let send_stage = if send_len > 0 { Some(claim.take(send_len, slot)?) } else { None };
+    let recv_stage = if recv_len > 0 { Some(claim.take(recv_len, slot)?) } else { None };
+    let scalar_stage = if req.pre_device.is_some() { Some(claim.take(8, slot)?) } else { None };
     let mut jobs = Vec::with_capacity(plan.ranges.len());
     let order = MatesOrder::count(&[(comm.clone(), req)]);
     let queued = (|| -> Result<()> {
         if let (Some(at), Some(s)) = (req.pre_device, &scalar_stage) {
-            // SAFETY: the staging buffers are kept (by the last piece's job, then the pool's
-            // busy marks) until the stream has passed the last copy-out; the sources are the
+            // SAFETY: the pool keeps the staging buffers (held by the last piece's job, then
+            // busy) until the stream has passed the last copy-out; the sources are the
             // caller's device buffers, valid per the API contract. Offsets below stay inside
             // the buffers: the ranges cover `count` exactly.
-            unsafe { stream.copy(s.mem.as_ptr(), at as *const u8, es)? };
+            unsafe { stream.copy(s.as_ptr(), at as *const u8, es)? };
         }
         for (k, &(a, b)) in plan.ranges.iter().enumerate() {
             let seq = first.wrapping_add(k as u32);
@@ -815,15 +848,15 @@ fn enqueue_chunked(w: &Worker, comm: Arc<Comm>, req: OpRequest, plan: &ChunkPlan
             host.count = b - a;
             host.send = std::ptr::null();
             host.recv = std::ptr::null_mut();
-            host.pre_device = scalar_stage.as_ref().map(|s| s.mem.as_ptr() as usize);
+            host.pre_device = scalar_stage.as_ref().map(|s| s.as_ptr() as usize);
             if let Some(st) = &send_stage {
-                let dst = st.mem.as_ptr().wrapping_add(a * es);
+                let dst = st.as_ptr().wrapping_add(a * es);
                 // SAFETY: as above.
                 unsafe { stream.copy(dst, req.send.wrapping_add(a * es), len)? };
                 host.send = dst;
             }
             if let Some(st) = &recv_stage {
-                host.recv = st.mem.as_ptr().wrapping_add(a * es);
+                host.recv = st.as_ptr().wrapping_add(a * es);
             }
             jobs.push(Job {
                 seq,
@@ -840,7 +873,7 @@ fn enqueue_chunked(w: &Worker, comm: Arc<Comm>, req: OpRequest, plan: &ChunkPlan
             stream.wait_flag(shared.flags.done_addr(), first.wrapping_add(k as u32))?;
             let Some(st) = &recv_stage else { continue };
             // SAFETY: as above, for the way back.
-            unsafe { stream.copy(req.recv.wrapping_add(a * es), st.mem.as_ptr().wrapping_add(a * es), (b - a) * es)? };
+            unsafe { stream.copy(req.recv.wrapping_add(a * es), st.as_ptr().wrapping_add(a * es), (b - a) * es)? };
         }
         stream.write_flag(shared.flags.out_addr(slot), last)
     })();
@@ -863,7 +896,7 @@ fn enqueue_chunked(w: &Worker, comm: Arc<Comm>, req: OpRequest, plan: &ChunkPlan
         }
     }
     if let Some(job) = jobs.last_mut() {
-        job.staging = [send_stage, recv_stage, scalar_stage].into_iter().flatten().collect();
+        job.staging = claim.hand_over(&[(slot, last)], queued.is_ok());
     }
     shared.submitted.store(last, Ordering::Relaxed);
     for job in jobs {
@@ -998,6 +1031,11 @@ fn describe(k: MemKind) -> String {
     }
 }
 
+/// Buffers and bytes in the calling thread's staging pool, for diagnostics and tests.
+pub fn staging_pool_on_current_thread() -> (usize, usize) {
+    WORKER.with(|w| w.borrow().as_ref().map_or((0, 0), |w| w.shared.lock_pool().totals()))
+}
+
 /// Pending jobs of the calling thread, for diagnostics.
 pub fn pending_on_current_thread() -> u32 {
     WORKER.with(|w| {
@@ -1093,17 +1131,6 @@ mod tests {
         let mut host = device_req(CollOp::AllReduce, 100_000_000);
         host.mem = MemKind::Host;
         assert_eq!(chunk_plan(&host, piece), None);
-    }
-
-    #[test]
-    fn small_requests_do_not_take_large_staging_buffers() {
-        assert!(serves(4096, progressive::FLAG_BYTES));
-        assert!(serves(8192, progressive::FLAG_BYTES));
-        assert!(!serves(1 << 20, progressive::FLAG_BYTES), "a flag block in a 1 MiB buffer");
-        assert!(serves(4 << 20, 3 << 20) && serves(8 << 20, 3 << 20));
-        assert!(!serves(16 << 20, 3 << 20) && !serves(2 << 20, 3 << 20));
-        assert_eq!(staging_size(3 << 20), 4 << 20);
-        assert_eq!(staging_size(8), 4096);
     }
 
     #[test]

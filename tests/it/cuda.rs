@@ -565,6 +565,7 @@ fn gpu_child_rank() {
         device_scalar_and_graph(rank, n, comm, false);
     } else {
         large_staged_collectives(rank, n, comm);
+        back_to_back_staged(rank, n, comm);
     }
     mem_alloc_collectives(rank, n, comm);
     device_p2p(rank, n, comm, !std::env::var("NCCL_P2P_DISABLE").is_ok_and(|v| v.trim() != "0" && !v.is_empty()));
@@ -1059,6 +1060,49 @@ fn large_staged_collectives(rank: usize, n: usize, comm: ncclComm_t) {
         sync(stream);
         let want: f32 = (0..n).map(|r| (r + 1) as f32 * round as f32).sum();
         expect_eq(&recv.download(), &vec![want; count], "staged premulsum with a device scalar set on the stream");
+    }
+}
+
+/// Staged calls queued back to back on one stream before it synchronises (as nccl-tests
+/// times them): each finds its own inputs and leaves its own result, although later calls
+/// reuse the staging buffers of earlier ones still in flight, and the pinned pool does not
+/// grow by a set of buffers per call in flight. One size cut into separate operations, one
+/// staged piece by piece.
+fn back_to_back_staged(rank: usize, n: usize, comm: ncclComm_t) {
+    let stream = new_stream();
+    let calls = 4;
+    for count in [(8 << 20) + 3, 1 << 20] {
+        let value = |r: usize, k: usize, i: usize| ((i % 509) as f32) + (r * 1024 + k * 8192) as f32;
+        let sends: Vec<DevBuf> =
+            (0..calls).map(|k| DevBuf::from(&(0..count).map(|i| value(rank, k, i)).collect::<Vec<_>>())).collect();
+        let recvs: Vec<DevBuf> = (0..calls).map(|_| DevBuf::new(count)).collect();
+        // One call alone first: the pool then holds what one call in flight needs.
+        check(ncclAllReduce(sends[0].p(), recvs[0].p(), count, F32, ncclRedOp_t(0), comm, stream), "first");
+        sync(stream);
+        let (_, before) = ferroccl::coll::stream::staging_pool_on_current_thread();
+        for k in 0..calls {
+            check(ncclAllReduce(sends[k].p(), recvs[k].p(), count, F32, ncclRedOp_t(0), comm, stream), "queued");
+        }
+        // In place, and a broadcast from the last rank, queued behind them.
+        check(ncclAllReduce(sends[1].p(), sends[1].p(), count, F32, ncclRedOp_t(0), comm, stream), "in place");
+        check(ncclBroadcast(sends[2].p(), sends[3].p(), count, F32, (n - 1) as i32, comm, stream), "broadcast");
+        sync(stream);
+        let (_, after) = ferroccl::coll::stream::staging_pool_on_current_thread();
+        for (k, recv) in recvs.iter().enumerate() {
+            let want: Vec<f32> = (0..count).map(|i| (0..n).map(|r| value(r, k, i)).sum()).collect();
+            expect_eq(&recv.download(), &want, &format!("back-to-back staged all-reduce {k} of {count}"));
+            if k == 1 {
+                expect_eq(&sends[1].download(), &want, "back-to-back staged all-reduce in place");
+            }
+        }
+        let root: Vec<f32> = (0..count).map(|i| value(n - 1, 2, i)).collect();
+        expect_eq(&sends[3].download(), &root, "back-to-back staged broadcast");
+        // Flag blocks of piecewise calls (a page each) are not reused while in flight.
+        assert!(
+            after <= before + (calls + 2) * 8192,
+            "rank {rank}: staging pool grew from {before} to {after} bytes for {count} floats queued {} deep",
+            calls + 2
+        );
     }
 }
 
