@@ -57,15 +57,16 @@ impl<B> StagingPool<B> {
         StagingPool { entries: Vec::new() }
     }
 
-    /// The smallest buffer that serves `len` bytes for a call on stream `slot`, by either rule.
-    /// `out` reads a stream's out flag.
-    pub fn find(&self, len: usize, slot: usize, out: impl Fn(usize) -> u32) -> Option<usize> {
+    /// The smallest buffer that serves `len` bytes: passed, or under the same-stream rule for
+    /// a call on stream `same_stream` (`None`: a buffer the host writes at enqueue, which only
+    /// a passed one may be). `out` reads a stream's out flag.
+    pub fn find(&self, len: usize, same_stream: Option<usize>, out: impl Fn(usize) -> u32) -> Option<usize> {
         self.entries
             .iter()
             .enumerate()
             .filter(|(_, e)| !e.retired && serves(e.len, len))
             .filter(|(_, e)| {
-                e.reusable_on == Some(slot)
+                (same_stream.is_some() && e.reusable_on == same_stream)
                     || (e.held_by.is_none() && e.busy_until.iter().all(|&(s, seq)| reached(out(s), seq)))
             })
             .min_by_key(|(_, e)| e.len)
@@ -169,17 +170,17 @@ mod tests {
         let send = pool.add((), 64 * MIB, 1);
         let recv = pool.add((), 64 * MIB, 1);
         // While it is being queued, nothing else may take them, not even on its own stream.
-        assert_eq!(pool.find(64 * MIB, 0, flags_at(0)), None);
+        assert_eq!(pool.find(64 * MIB, Some(0), flags_at(0)), None);
         pool.handed_over(send.index, &[(0, 1)], Some(0));
         pool.handed_over(recv.index, &[(0, 1)], Some(0));
         // Job 2 on stream 0, queued before job 1 has run: both buffers again, no new one.
-        let a = pool.find(60 * MIB, 0, flags_at(0)).expect("same stream");
+        let a = pool.find(60 * MIB, Some(0), flags_at(0)).expect("same stream");
         let a = pool.take(a, 2);
-        let b = pool.find(60 * MIB, 0, flags_at(0)).expect("same stream, second buffer");
+        let b = pool.find(60 * MIB, Some(0), flags_at(0)).expect("same stream, second buffer");
         assert_ne!(a.index, b, "one job never gets one buffer twice");
         pool.take(b, 2);
         // Another stream must wait for the worker and stream 0's out flag.
-        assert_eq!(pool.find(60 * MIB, 1, flags_at(0)), None);
+        assert_eq!(pool.find(60 * MIB, Some(1), flags_at(0)), None);
         assert_eq!(pool.totals(), (2, 128 * MIB));
     }
 
@@ -190,12 +191,12 @@ mod tests {
         // A group on streams 0 and 2; the buffer is copied on stream 2.
         pool.handed_over(t.index, &[(0, 7), (2, 7)], Some(2));
         let out = |at: [u32; 3]| move |s: usize| at[s];
-        assert_eq!(pool.find(4096, 1, out([7, 0, 7])), None, "held by the worker");
+        assert_eq!(pool.find(4096, Some(1), out([7, 0, 7])), None, "held by the worker");
         pool.finished(t.index, 7, false);
-        assert_eq!(pool.find(4096, 1, out([7, 0, 6])), None, "stream 2 not past its out flag");
-        assert_eq!(pool.find(4096, 1, out([6, 0, 7])), None, "stream 0 not past its out flag");
-        assert_eq!(pool.find(4096, 1, out([7, 0, 7])), Some(t.index));
-        assert_eq!(pool.find(4096, 2, out([0, 0, 0])), Some(t.index), "its own stream at once");
+        assert_eq!(pool.find(4096, Some(1), out([7, 0, 6])), None, "stream 2 not past its out flag");
+        assert_eq!(pool.find(4096, Some(1), out([6, 0, 7])), None, "stream 0 not past its out flag");
+        assert_eq!(pool.find(4096, Some(1), out([7, 0, 7])), Some(t.index));
+        assert_eq!(pool.find(4096, Some(2), out([0, 0, 0])), Some(t.index), "its own stream at once");
     }
 
     #[test]
@@ -205,11 +206,11 @@ mod tests {
         // Handed over without the same-stream rule (queuing failed part-way, or a flag block
         // the host resets at enqueue).
         pool.handed_over(t.index, &[(0, 3)], None);
-        assert_eq!(pool.find(4096, 0, flags_at(2)), None);
-        assert_eq!(pool.find(4096, 0, flags_at(3)), None, "the worker still holds it");
+        assert_eq!(pool.find(4096, Some(0), flags_at(2)), None);
+        assert_eq!(pool.find(4096, Some(0), flags_at(3)), None, "the worker still holds it");
         pool.finished(t.index, 3, false);
-        assert_eq!(pool.find(4096, 0, flags_at(2)), None);
-        assert_eq!(pool.find(4096, 0, flags_at(3)), Some(t.index));
+        assert_eq!(pool.find(4096, Some(0), flags_at(2)), None);
+        assert_eq!(pool.find(4096, Some(0), flags_at(3)), Some(t.index));
     }
 
     #[test]
@@ -217,14 +218,26 @@ mod tests {
         let mut pool = StagingPool::new();
         let t = pool.add((), 4096, 1);
         pool.handed_over(t.index, &[(0, 1)], Some(0));
-        let again = pool.find(4096, 0, flags_at(0)).unwrap();
+        let again = pool.find(4096, Some(0), flags_at(0)).unwrap();
         pool.take(again, 2);
         pool.handed_over(again, &[(0, 2)], None);
         pool.finished(t.index, 1, false);
         // Job 2 still holds it: stream 0 passing job 2's out flag is not enough.
-        assert_eq!(pool.find(4096, 1, flags_at(2)), None);
+        assert_eq!(pool.find(4096, Some(1), flags_at(2)), None);
         pool.finished(t.index, 2, false);
-        assert_eq!(pool.find(4096, 1, flags_at(2)), Some(t.index));
+        assert_eq!(pool.find(4096, Some(1), flags_at(2)), Some(t.index));
+    }
+
+    #[test]
+    fn buffers_the_host_writes_at_enqueue_take_only_passed_ones() {
+        let mut pool = StagingPool::new();
+        // A small call's 4 KiB scalar or input, still in flight on stream 0.
+        let t = pool.add((), 4096, 1);
+        pool.handed_over(t.index, &[(0, 1)], Some(0));
+        assert_eq!(pool.find(132, Some(0), flags_at(0)), Some(t.index), "a data buffer may share it");
+        assert_eq!(pool.find(132, None, flags_at(0)), None, "a flag block reset now may not");
+        pool.finished(t.index, 1, false);
+        assert_eq!(pool.find(132, None, flags_at(1)), Some(t.index));
     }
 
     #[test]
@@ -234,7 +247,7 @@ mod tests {
         pool.handed_over(t.index, &[(0, 1)], None);
         pool.finished(t.index, 1, true);
         pool.allow_same_stream(t.index, 0);
-        assert_eq!(pool.find(4096, 0, flags_at(100)), None);
+        assert_eq!(pool.find(4096, Some(0), flags_at(100)), None);
     }
 
     #[test]
@@ -242,8 +255,8 @@ mod tests {
         let mut pool = StagingPool::new();
         let t = pool.add((), 4096, 5);
         pool.abandoned_before_worker(t.index, &[(1, 5)]);
-        assert_eq!(pool.find(4096, 1, flags_at(4)), None);
-        assert_eq!(pool.find(4096, 1, flags_at(5)), Some(t.index));
+        assert_eq!(pool.find(4096, Some(1), flags_at(4)), None);
+        assert_eq!(pool.find(4096, Some(1), flags_at(5)), Some(t.index));
     }
 
     #[test]
@@ -258,9 +271,9 @@ mod tests {
         for t in [&big, &small] {
             pool.handed_over(t.index, &[(0, 1)], Some(0));
         }
-        assert_eq!(pool.find(3 * MIB, 0, flags_at(0)), Some(small.index));
-        assert_eq!(pool.find(5 * MIB, 0, flags_at(0)), Some(big.index));
-        assert_eq!(pool.find(4096, 0, flags_at(0)), None);
+        assert_eq!(pool.find(3 * MIB, Some(0), flags_at(0)), Some(small.index));
+        assert_eq!(pool.find(5 * MIB, Some(0), flags_at(0)), Some(big.index));
+        assert_eq!(pool.find(4096, Some(0), flags_at(0)), None);
         assert_eq!(staging_size(3 << 20), 4 << 20);
         assert_eq!(staging_size(8), 4096);
     }

@@ -124,11 +124,12 @@ impl Shared {
         self.pool.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A staging buffer of at least `len` bytes for job `job` (its last sequence number), copied
-    /// on stream `slot`: a pooled one free by the pool's rules, else a new one.
-    fn take_staging(&self, len: usize, slot: usize, job: u32) -> Result<(usize, Arc<Pinned>)> {
+    /// A staging buffer of at least `len` bytes for job `job` (its last sequence number): a
+    /// pooled one free by the pool's rules (the same-stream rule for stream `same_stream`),
+    /// else a new one.
+    fn take_staging(&self, len: usize, same_stream: Option<usize>, job: u32) -> Result<(usize, Arc<Pinned>)> {
         let mut pool = self.lock_pool();
-        if let Some(i) = pool.find(len, slot, |s| self.flags.out(s)) {
+        if let Some(i) = pool.find(len, same_stream, |s| self.flags.out(s)) {
             let t = pool.take(i, job);
             return Ok((t.index, t.buf));
         }
@@ -167,7 +168,16 @@ impl<'a> Claim<'a> {
 
     /// A buffer of at least `len` bytes, copied on stream `slot`.
     fn take(&mut self, len: usize, slot: usize) -> Result<Arc<Pinned>> {
-        let (index, buf) = self.shared.take_staging(len, slot, self.job)?;
+        let (index, buf) = self.shared.take_staging(len, Some(slot), self.job)?;
+        self.taken.push((index, slot));
+        Ok(buf)
+    }
+
+    /// A buffer the host writes at enqueue (a progressive flag block): never one an earlier
+    /// call on the stream may still use (the pool's same-stream rule), and never taken by that
+    /// rule later.
+    fn take_host_written(&mut self, len: usize, slot: usize) -> Result<Arc<Pinned>> {
+        let (index, buf) = self.shared.take_staging(len, None, self.job)?;
         self.taken.push((index, slot));
         Ok(buf)
     }
@@ -553,44 +563,41 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
         }
         staged.push((comm, host));
     }
-    // Every stream's flag first, then the waits: a wait holds up whatever was submitted after
-    // it on its hardware queue (see local_order), this rank's other streams included.
-    for &(stream, slot) in &streams {
-        stream.write_flag(shared.flags.ready_addr(slot), seq)?;
-    }
     let marks: Vec<(usize, u32)> = streams.iter().map(|&(_, slot)| (slot, seq)).collect();
-    if let Err(e) = order.publish_and_wait() {
-        // The ready flags are out: the number goes to the worker anyway (it only signals done),
-        // so that no later job is taken for ready by them.
-        shared.submitted.store(seq, Ordering::Relaxed);
-        let slots = streams.iter().map(|&(_, slot)| slot).collect();
-        let staging = claim.hand_over(&marks, false);
-        let job = Job { seq, by_comm: Vec::new(), slots, staging, abandoned: true, progress: None };
-        w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
-        return Err(e);
-    }
-    for &(stream, slot) in &streams {
-        stream.wait_flag(shared.flags.done_addr(), seq)?;
-        for &(s, dst, src, len) in &copies_out {
-            if s == stream {
-                // SAFETY: as above, for the way back.
-                unsafe { stream.copy(dst, src, len)? };
-            }
+    let queued = (|| -> Result<()> {
+        // Every stream's flag first, then the waits: a wait holds up whatever was submitted
+        // after it on its hardware queue (see local_order), this rank's other streams included.
+        for &(stream, slot) in &streams {
+            stream.write_flag(shared.flags.ready_addr(slot), seq)?;
         }
-        stream.write_flag(shared.flags.out_addr(slot), seq)?;
-    }
-    let by_comm = super::by_communicator(staged);
+        order.publish_and_wait()?;
+        for &(stream, slot) in &streams {
+            stream.wait_flag(shared.flags.done_addr(), seq)?;
+            for &(s, dst, src, len) in &copies_out {
+                if s == stream {
+                    // SAFETY: as above, for the way back.
+                    unsafe { stream.copy(dst, src, len)? };
+                }
+            }
+            stream.write_flag(shared.flags.out_addr(slot), seq)?;
+        }
+        Ok(())
+    })();
+    // Once a flag may be out, the number goes to the worker whatever failed (given up, it only
+    // signals done): no later job may be taken for ready by these ready flags, and a stream
+    // that already waits for this number is released.
+    let by_comm = if queued.is_ok() { super::by_communicator(staged) } else { Vec::new() };
     shared.submitted.store(seq, Ordering::Relaxed);
     let job = Job {
         seq,
         by_comm,
         slots: streams.iter().map(|&(_, slot)| slot).collect(),
-        staging: claim.hand_over(&marks, true),
-        abandoned: false,
+        staging: claim.hand_over(&marks, queued.is_ok()),
+        abandoned: queued.is_err(),
         progress: None,
     };
     w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
-    Ok(seq)
+    queued.map(|()| seq)
 }
 
 /// A staged operation's device-resident PreMulSum scalar, copied by its stream into pinned
@@ -661,10 +668,10 @@ fn enqueue_progressive(w: &Worker, comm: Arc<Comm>, req: OpRequest, piece: usize
     let send_stage = if send_len > 0 { Some(claim.take(send_len, slot)?) } else { None };
     let recv_stage = if recv_len > 0 { Some(claim.take(recv_len, slot)?) } else { None };
     let scalar_stage = if req.pre_device.is_some() { Some(claim.take(8, slot)?) } else { None };
-    // Not for the same-stream rule: the host resets the flag block here, at enqueue, while the
-    // stream and the worker may still be at an earlier job that uses it.
+    // The host resets the flag block here, at enqueue, while the stream and the worker may
+    // still be at an earlier job: it is never shared under the same-stream rule.
     let data_buffers = claim.taken.len();
-    let flag_stage = claim.take(progressive::FLAG_BYTES, slot)?;
+    let flag_stage = claim.take_host_written(progressive::FLAG_BYTES, slot)?;
     let flags_dev = flag_stage.device_ptr()?;
     let input = Pieces::new(send_len, piece, es);
     let output = Pieces::new(recv_len, piece, es);

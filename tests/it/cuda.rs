@@ -1104,6 +1104,25 @@ fn back_to_back_staged(rank: usize, n: usize, comm: ncclComm_t) {
             calls + 2
         );
     }
+    // Small calls (page-sized staging) interleaved with piecewise ones, whose flag blocks the
+    // host resets at enqueue and are of that size: never one a small call still uses.
+    let (small, large) = (256, 1 << 20);
+    let value = |r: usize, k: usize, i: usize| ((i % 37) as f32) + (r * 64 + k * 4096) as f32;
+    let small_in: Vec<DevBuf> =
+        (0..calls).map(|k| DevBuf::from(&(0..small).map(|i| value(rank, k, i)).collect::<Vec<_>>())).collect();
+    let small_out: Vec<DevBuf> = (0..calls).map(|_| DevBuf::new(small)).collect();
+    let large_in = DevBuf::from(&(0..large).map(|i| value(rank, 0, i)).collect::<Vec<_>>());
+    let large_out: Vec<DevBuf> = (0..calls).map(|_| DevBuf::new(large)).collect();
+    for k in 0..calls {
+        check(ncclAllReduce(small_in[k].p(), small_out[k].p(), small, F32, ncclRedOp_t(0), comm, stream), "small");
+        check(ncclAllReduce(large_in.p(), large_out[k].p(), large, F32, ncclRedOp_t(0), comm, stream), "piecewise");
+    }
+    sync(stream);
+    let sum = |k: usize, count: usize| (0..count).map(|i| (0..n).map(|r| value(r, k, i)).sum()).collect::<Vec<f32>>();
+    for k in 0..calls {
+        expect_eq(&small_out[k].download(), &sum(k, small), "small staged call between piecewise ones");
+        expect_eq(&large_out[k].download(), &sum(0, large), "piecewise staged call between small ones");
+    }
 }
 
 /// Holds `stream` on a pinned word until it is set to 1 ([`abort_and_release`] sets it).
