@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Round 131 (device machine, 2026-12-06 night). (1) GPU tests at d304c3c: staged calls on one
-# stream reuse staging buffers still in flight (coll::staging_pool), with a new test queuing
+# Round 131 (device machine, 2026-12-06 night). (1) GPU tests at ffcb302: staged calls on one
+# stream reuse staging buffers still in flight (coll::staging_pool, d304c3c + ffcb302), with a new test queuing
 # staged calls back to back. (2) Issue 14: nccl-tests' staged all-reduce at 35/70/140 MB with
 # 20 timed calls queued before each synchronise, the build before (7479d84, .dev/prefix-prev)
-# against d304c3c, alternating, and the pool's new pinned buffers counted (NCCL_DEBUG=TRACE,
+# against ffcb302, alternating, and the pool's new pinned buffers counted (NCCL_DEBUG=TRACE,
 # COLL). (3) Issue 15: the all-gather's stage rule at 4 and 8 ranks with fresh inputs:
 # FERROCCL_NODE_STAGE_MAX unset (64 KiB at 3-8 ranks) / 256K / 1M / 4M, next to ncclMemAlloc
 # buffers and Open MPI.
