@@ -45,7 +45,7 @@ line() {  # label, np, collective, program and its arguments
   echo
 }
 for i in 1 2; do for np in 8 4; do c=all_gather
-  before 390 || break 2
+  before 340 || break 2
   line dflt $np $c $B $c --fresh-inputs
   line s256k $np $c -x FERROCCL_NODE_STAGE_MAX=256K $B $c --fresh-inputs
   line s1m $np $c -x FERROCCL_NODE_STAGE_MAX=1M $B $c --fresh-inputs
