@@ -18,7 +18,7 @@ SRC=$PWD/.dev/nccl-tests
 cat $R/host.txt
 ( make -C $SRC -j12 MPI=1 MPI_HOME=$MPI_HOME NCCL_HOME=$PWD/.dev/prefix NVCC_GENCODE="$GEN" BUILDDIR=$BUILD/f >$BUILD/f.log 2>&1; echo "nccl-tests build rc=$?" ) &
 mpicc -O2 -o /tmp/ompi_bench bench/ompi_bench.c || echo "ompi_bench build failed"
-timeout 150 .dev/it cuda --test-threads 1 > $R/gpu-tests.txt 2>&1; el "gpu tests rc=$?"; grep -E "^test result|FAILED|panicked" $R/gpu-tests.txt | head
+timeout 120 .dev/it cuda --test-threads 1 > $R/gpu-tests.txt 2>&1; el "gpu tests rc=$?"; grep -E "^test result|FAILED|panicked" $R/gpu-tests.txt | head
 wait
 el "builds"
 F=$BUILD/f
@@ -30,12 +30,12 @@ nt() { # label, prefix dir, extra mpirun args...
   grep -E "^ +[0-9]+ " $R/nt-$l.log
 }
 for i in 1 2; do
-  before 200 || break
+  before 130 || break
   nt prev-$i prefix-prev
   nt new-$i prefix
 done 2>&1 | tee $R/nt.txt
-before 230 && nt new-trace prefix -x NCCL_DEBUG=TRACE -x NCCL_DEBUG_SUBSYS=COLL | tee -a $R/nt.txt
-before 250 && nt prev-trace prefix-prev -x NCCL_DEBUG=TRACE -x NCCL_DEBUG_SUBSYS=COLL | tee -a $R/nt.txt
+before 160 && nt new-trace prefix -x NCCL_DEBUG=TRACE -x NCCL_DEBUG_SUBSYS=COLL | tee -a $R/nt.txt
+before 175 && nt prev-trace prefix-prev -x NCCL_DEBUG=TRACE -x NCCL_DEBUG_SUBSYS=COLL | tee -a $R/nt.txt
 el "nccl-tests staged"
 B=$PWD/.dev/bin/ferroccl-bench
 line() {  # label, np, collective, program and its arguments
@@ -45,7 +45,7 @@ line() {  # label, np, collective, program and its arguments
   echo
 }
 for i in 1 2; do for np in 8 4; do c=all_gather; [ $i = 2 ] && [ $np = 4 ] && break
-  before 280 || break 2
+  before 195 || break 2
   line dflt $np $c $B $c --fresh-inputs
   line s256k $np $c -x FERROCCL_NODE_STAGE_MAX=256K $B $c --fresh-inputs
   line s1m $np $c -x FERROCCL_NODE_STAGE_MAX=1M $B $c --fresh-inputs
