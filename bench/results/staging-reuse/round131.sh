@@ -24,7 +24,7 @@ el "builds"
 F=$BUILD/f
 nt() { # label, prefix dir, extra mpirun args...
   local l=$1 p=$2; shift 2
-  timeout 90 mpirun -np 2 --bind-to none -x NCCL_TESTS_DEVICE=0 -x LD_LIBRARY_PATH=$PWD/.dev/$p/lib -x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 -x NCCL_SOCKET_IFNAME=lo "$@" \
+  timeout 60 mpirun -np 2 --bind-to none -x NCCL_TESTS_DEVICE=0 -x LD_LIBRARY_PATH=$PWD/.dev/$p/lib -x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 -x NCCL_SOCKET_IFNAME=lo "$@" \
     $F/all_reduce_perf -b 35000000 -e 140000000 -f 2 -c 1 -n 20 -w 5 > $R/nt-$l.log 2>&1
   echo "== $l rc=$? $(grep -c 'new pinned buffer' $R/nt-$l.log) new pinned buffers; $(grep -E 'Out of bounds' $R/nt-$l.log | awk '{print $(NF-1), $NF}')"
   grep -E "^ +[0-9]+ " $R/nt-$l.log
