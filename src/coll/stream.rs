@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use super::local_order::LocalOrder;
 use super::progressive::{self, reached, Pieces, StageProgress};
-use super::staging_pool::{staging_size, StagingPool};
+use super::staging_pool::{staging_size, StagingPool, Taken};
 use super::{buffer_lengths, one_gpu, CollOp, OpRequest};
 use crate::comm::{Comm, CommState};
 use crate::cuda::batch::Launches;
@@ -127,11 +127,10 @@ impl Shared {
     /// A staging buffer of at least `len` bytes for job `job` (its last sequence number): a
     /// pooled one free by the pool's rules (the same-stream rule for stream `same_stream`),
     /// else a new one.
-    fn take_staging(&self, len: usize, same_stream: Option<usize>, job: u32) -> Result<(usize, Arc<Pinned>)> {
+    fn take_staging(&self, len: usize, same_stream: Option<usize>, job: u32) -> Result<Taken<Pinned>> {
         let mut pool = self.lock_pool();
         if let Some(i) = pool.find(len, same_stream, |s| self.flags.out(s)) {
-            let t = pool.take(i, job);
-            return Ok((t.index, t.buf));
+            return Ok(pool.take(i, job));
         }
         let (count, bytes) = pool.totals();
         drop(pool);
@@ -139,8 +138,7 @@ impl Shared {
             buffers, {bytes} bytes, none free and of a serving size)", staging_size(len));
         let mem = Pinned::new(staging_size(len))?;
         let size = mem.len();
-        let t = self.lock_pool().add(mem, size, job);
-        Ok((t.index, t.buf))
+        Ok(self.lock_pool().add(mem, size, job))
     }
 
     fn wait_completed(&self, seq: u32) {
@@ -168,18 +166,18 @@ impl<'a> Claim<'a> {
 
     /// A buffer of at least `len` bytes, copied on stream `slot`.
     fn take(&mut self, len: usize, slot: usize) -> Result<Arc<Pinned>> {
-        let (index, buf) = self.shared.take_staging(len, Some(slot), self.job)?;
-        self.taken.push((index, slot));
-        Ok(buf)
+        let t = self.shared.take_staging(len, Some(slot), self.job)?;
+        self.taken.push((t.index, slot));
+        Ok(t.buf)
     }
 
     /// A buffer the host writes at enqueue (a progressive flag block): never one an earlier
     /// call on the stream may still use (the pool's same-stream rule), and never taken by that
     /// rule later.
     fn take_host_written(&mut self, len: usize, slot: usize) -> Result<Arc<Pinned>> {
-        let (index, buf) = self.shared.take_staging(len, None, self.job)?;
-        self.taken.push((index, slot));
-        Ok(buf)
+        let t = self.shared.take_staging(len, None, self.job)?;
+        self.taken.push((t.index, slot));
+        Ok(t.buf)
     }
 
     /// The job goes to the worker: its buffers are busy until the streams pass `marks`.
