@@ -115,6 +115,13 @@ pub const STAGE_MAX: usize = usize::MAX;
 /// faster at every size from 128 KiB: 128 KiB 15.7-29.1 vs 25.3-26.4 (two of three), 256 KiB
 /// 20.9-44.1 vs 41.8-50.7, 1 MiB 62-137 vs 172-242, 4 MiB 295-540 vs 747-1009, 16 MiB
 /// 2139-2802 vs 2827-3929 (five of five), and slots up to 64 KiB (32 KiB 7.5-8.6 vs 11.3-17.7).
+/// That run reused its inputs, so every peer found them in its own cache from the call before.
+/// With inputs rewritten before each call, as an application's are (rounds 131-132,
+/// bench/results/ag-stage-rule-2026-12-06.md, us, kernel copies vs slots, two alternations),
+/// slots win at 3-8 ranks from 128 KiB to 4 MiB: 8 ranks 128 KiB 39-41 vs 24-25, 1 MiB
+/// 205-226 vs 173, 4 MiB 888-901 vs 765-794; 4 ranks 256 KiB 51-56 vs 41-45. Up to 1 MiB they
+/// stay ahead of Open MPI with reused inputs too (8 ranks 1 MiB 169-171 vs 200); above it
+/// reused inputs read in place win by 2x (4 MiB 347-359 vs 754-765, Open MPI 706), so 1 MiB.
 ///
 /// Before huge pages (bench/results/malloc-buffers-16core-2026-12-04/crossover.txt), slots of
 /// 256 KiB and 1 MiB against kernel copies, in us, slots vs kernel copies:
@@ -152,7 +159,6 @@ pub fn default_stage_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -
         (NodeColl::ReduceScatter(_), 0..=2) => 16 << 10,
         (NodeColl::ReduceScatter(_), _) => 128 << 10,
         (NodeColl::AllGather, 0..=2) => 16 << 10,
-        (NodeColl::AllGather, 3..=8) => 64 << 10,
         (NodeColl::AllGather, _) => 1 << 20,
         (NodeColl::Broadcast { .. }, 0..=2) => 0,
         (NodeColl::Broadcast { .. }, 3..=8) => 1 << 20,
