@@ -145,6 +145,18 @@ pub const STAGE_MAX: usize = usize::MAX;
 /// root's buffer faster from 32 KiB (128 KiB 21-23 vs 10-15, 8 MiB 1637-1694 vs 1114-1194).
 /// (Before huge pages, slots won every cell there by up to 3x:
 /// malloc-buffers-2core-2026-12-04.md.)
+///
+/// All of the above reused their inputs. The rules now follow inputs rewritten before every
+/// call, as an application's are, and keep reused ones at or above Open MPI
+/// (bench/results/ag-stage-rule-2026-12-06.md, rounds 132-133 and the AMD 2-core VM, median
+/// us, kernel copies vs slots): 2 ranks on the 16-core host, fresh, all-reduce 128 KiB 28.4
+/// vs 19.3-24.5, 512 KiB 89.9 vs 76.3, all-gather 128 KiB 19.7 vs 11.8, reduce-scatter 512
+/// KiB 75.4 vs 57.4 (reused: slots 1.1-1.7x slower, still 1.05-4x Open MPI); 2 ranks on the
+/// VM, where a kernel copy costs 1.5-4x a memcpy (`ag-stage-rule/vm/kernel_copy_cost.txt`),
+/// slots are 1.2-3x faster at 32-512 KiB with either input. At 1 MiB the host's reused
+/// all-reduce by kernel copies is 2.6x Open MPI, by slots 1.7x: 512 KiB. Reduce-scatter at 8
+/// and 16 ranks, fresh, 512 KiB 214 / 348 vs 165 / 202 (reused 110 / 113 vs 137 / 160,
+/// Open MPI 630 / 1043).
 pub fn default_stage_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -> usize {
     if oversubscribed {
         return match coll {
@@ -154,11 +166,10 @@ pub fn default_stage_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -
         };
     }
     match (coll, nranks) {
-        (NodeColl::AllReduce(_), 0..=2) => 16 << 10,
+        (NodeColl::AllReduce(_), 0..=2) => 512 << 10,
         (NodeColl::AllReduce(_), _) => 128 << 10,
-        (NodeColl::ReduceScatter(_), 0..=2) => 16 << 10,
-        (NodeColl::ReduceScatter(_), _) => 128 << 10,
-        (NodeColl::AllGather, 0..=2) => 16 << 10,
+        (NodeColl::ReduceScatter(_), _) => 512 << 10,
+        (NodeColl::AllGather, 0..=2) => 512 << 10,
         (NodeColl::AllGather, _) => 1 << 20,
         (NodeColl::Broadcast { .. }, 0..=2) => 0,
         (NodeColl::Broadcast { .. }, 3..=8) => 1 << 20,
