@@ -148,15 +148,17 @@ pub const STAGE_MAX: usize = usize::MAX;
 ///
 /// All of the above reused their inputs. The rules now follow inputs rewritten before every
 /// call, as an application's are, and keep reused ones at or above Open MPI
-/// (bench/results/ag-stage-rule-2026-12-06.md, rounds 132-133 and the AMD 2-core VM, median
-/// us, kernel copies vs slots): 2 ranks on the 16-core host, fresh, all-reduce 128 KiB 28.4
-/// vs 19.3-24.5, 512 KiB 89.9 vs 76.3, all-gather 128 KiB 19.7 vs 11.8, reduce-scatter 512
-/// KiB 75.4 vs 57.4 (reused: slots 1.1-1.7x slower, still 1.05-4x Open MPI); 2 ranks on the
-/// VM, where a kernel copy costs 1.5-4x a memcpy (`ag-stage-rule/vm/kernel_copy_cost.txt`),
-/// slots are 1.2-3x faster at 32-512 KiB with either input. At 1 MiB the host's reused
-/// all-reduce by kernel copies is 2.6x Open MPI, by slots 1.7x: 512 KiB. Reduce-scatter at 8
-/// and 16 ranks, fresh, 512 KiB 214 / 348 vs 165 / 202 (reused 110 / 113 vs 137 / 160,
-/// Open MPI 630 / 1043).
+/// (bench/results/ag-stage-rule-2026-12-06.md, rounds 132-134 and the AMD 2-core VM, median
+/// us, kernel copies vs slots): 2 ranks on the VM, where a kernel copy costs 1.5-4x a memcpy
+/// (`ag-stage-rule/vm/kernel_copy_cost.txt`), slots are 1.2-3x faster at 32-512 KiB with
+/// either input. On the 16-core host (rounds 133-134) 2-rank all-gathers gain 1.3-2x with
+/// fresh inputs up to 512 KiB (128 KiB 24.9 vs 14.6) and lose 2x with reused ones, still
+/// above Open MPI (512 KiB 48 vs 54.7); a 2-rank all-reduce gains 1.1-1.25x fresh and loses
+/// 1.1-1.6x reused, and from 256 KiB slots sometimes stall (reused 256 KiB 35-72, Open MPI
+/// 64): 128 KiB; a 2-rank reduce-scatter gains nothing fresh at 32-64 KiB while reused it
+/// falls to Open MPI's level (64 KiB 11-15 vs 13.7): kept at 16 KiB. Reduce-scatter at 4-16
+/// ranks, fresh, 512 KiB 184-246 / 348-432 vs 114-199 / 202-300 (4-8 / 16 ranks), reused
+/// 0.6-1.0x, 2-5x Open MPI either way.
 pub fn default_stage_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -> usize {
     if oversubscribed {
         return match coll {
@@ -166,8 +168,8 @@ pub fn default_stage_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -
         };
     }
     match (coll, nranks) {
-        (NodeColl::AllReduce(_), 0..=2) => 512 << 10,
         (NodeColl::AllReduce(_), _) => 128 << 10,
+        (NodeColl::ReduceScatter(_), 0..=2) => 16 << 10,
         (NodeColl::ReduceScatter(_), _) => 512 << 10,
         (NodeColl::AllGather, 0..=2) => 512 << 10,
         (NodeColl::AllGather, _) => 1 << 20,
