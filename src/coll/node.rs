@@ -116,9 +116,9 @@ pub const STAGE_MAX: usize = usize::MAX;
 /// 20.9-44.1 vs 41.8-50.7, 1 MiB 62-137 vs 172-242, 4 MiB 295-540 vs 747-1009, 16 MiB
 /// 2139-2802 vs 2827-3929 (five of five), and slots up to 64 KiB (32 KiB 7.5-8.6 vs 11.3-17.7).
 /// That run reused its inputs, so every peer found them in its own cache from the call before.
-/// With inputs rewritten before each call, as an application's are (rounds 131-132,
+/// With inputs rewritten before each call, as an application's are (round 132,
 /// bench/results/ag-stage-rule-2026-12-06.md, us, kernel copies vs slots, two alternations),
-/// slots win at 3-8 ranks from 128 KiB to 4 MiB: 8 ranks 128 KiB 39-41 vs 24-25, 1 MiB
+/// slots win at 3-8 ranks from 128 KiB to 4 MiB in most cells (4 ranks at 1 MiB mixed): 8 ranks 128 KiB 39-41 vs 24-25, 1 MiB
 /// 205-226 vs 173, 4 MiB 888-901 vs 765-794; 4 ranks 256 KiB 51-56 vs 41-45. Up to 1 MiB they
 /// stay ahead of Open MPI with reused inputs too (8 ranks 1 MiB 169-171 vs 200); above it
 /// reused inputs read in place win by 2x (4 MiB 347-359 vs 754-765, Open MPI 706), so 1 MiB.
@@ -149,11 +149,12 @@ pub const STAGE_MAX: usize = usize::MAX;
 /// All of the above reused their inputs. The rules now follow inputs rewritten before every
 /// call, as an application's are, and keep reused ones at or above Open MPI
 /// (bench/results/ag-stage-rule-2026-12-06.md, rounds 132-134 and the AMD 2-core VM, median
-/// us, kernel copies vs slots): 2 ranks on the VM, where a kernel copy costs 1.5-4x a memcpy
-/// (`ag-stage-rule/vm/kernel_copy_cost.txt`), slots are 1.2-3x faster at 32-512 KiB with
-/// either input. On the 16-core host (rounds 133-134) 2-rank all-gathers gain 1.3-2x with
+/// us, kernel copies vs slots): 2 ranks on the VM, where a kernel copy costs 1.3-5x a memcpy
+/// (`ag-stage-rule/vm/kernel_copy_cost.txt`), slots are 1.5-3x faster at 32-128 KiB for
+/// the all-reduce and reduce-scatter with either input and for the all-gather with fresh
+/// ones; above, the gain shrinks or turns (all-gather 512 KiB 49.4 vs 54.8 fresh). On the 16-core host (rounds 133-134) 2-rank all-gathers gain 1.3-2x with
 /// fresh inputs up to 512 KiB (128 KiB 24.9 vs 14.6) and lose 2x with reused ones, still
-/// above Open MPI (512 KiB 48 vs 54.7); a 2-rank all-reduce gains 1.1-1.25x fresh and loses
+/// above Open MPI (512 KiB 48 us, Open MPI 54.7); a 2-rank all-reduce gains 1.1-1.25x fresh and loses
 /// 1.1-1.6x reused, and from 256 KiB slots sometimes stall (reused 256 KiB 35-72, Open MPI
 /// 64): 128 KiB; a 2-rank reduce-scatter gains nothing fresh at 32-64 KiB while reused it
 /// falls to Open MPI's level (64 KiB 11-15 vs 13.7): kept at 16 KiB. Reduce-scatter at 4-16
