@@ -166,16 +166,19 @@ impl<'a> Claim<'a> {
 
     /// A buffer of at least `len` bytes, copied on stream `slot`.
     fn take(&mut self, len: usize, slot: usize) -> Result<Arc<Pinned>> {
-        let t = self.shared.take_staging(len, Some(slot), self.job)?;
-        self.taken.push((t.index, slot));
-        Ok(t.buf)
+        self.take_under(len, slot, Some(slot))
     }
 
     /// A buffer the host writes at enqueue (a progressive flag block): never one an earlier
     /// call on the stream may still use (the pool's same-stream rule), and never taken by that
     /// rule later.
     fn take_host_written(&mut self, len: usize, slot: usize) -> Result<Arc<Pinned>> {
-        let t = self.shared.take_staging(len, None, self.job)?;
+        self.take_under(len, slot, None)
+    }
+
+    /// A buffer for stream `slot`, found under the same-stream rule for `same_stream`.
+    fn take_under(&mut self, len: usize, slot: usize, same_stream: Option<usize>) -> Result<Arc<Pinned>> {
+        let t = self.shared.take_staging(len, same_stream, self.job)?;
         self.taken.push((t.index, slot));
         Ok(t.buf)
     }
