@@ -226,6 +226,15 @@ pub static PARAMS: &[Param] = &[
          broadcasts at 3-8 ranks, up to 4 MiB by whether the root's buffer is on huge pages)",
     ),
     param(
+        "FERROCCL_NODE_RELAY_MIN",
+        Bytes,
+        "",
+        "On one host, all-gathers of at least this many bytes (the whole output) at three or more \
+         ranks go by relay, as a ring: each rank copies the blocks from its left neighbour's \
+         output one step after the neighbour received them, instead of every rank copying every \
+         block from its owner's input at once; unset: never (the same on every rank, else none relays)",
+    ),
+    param(
         "FERROCCL_HUGE_PAGES",
         Bool,
         "1",

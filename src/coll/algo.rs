@@ -296,6 +296,9 @@ pub struct Tuning {
     /// through its slot up to this size (a rank's own choice, published to its peers).
     /// `None`: chosen per collective and rank count (`node::default_stage_max`).
     pub node_stage_max: Option<usize>,
+    /// Node all-gathers of at least this many bytes (the whole message) at three or more
+    /// ranks go by relay. `None`: chosen by rank count (`node::default_relay_min`).
+    pub node_relay_min: Option<usize>,
 }
 
 impl Default for Tuning {
@@ -306,6 +309,7 @@ impl Default for Tuning {
             selection: AlgoSelection::default(),
             node_one_shot_max: None,
             node_stage_max: None,
+            node_relay_min: None,
         }
     }
 }

@@ -34,6 +34,7 @@ pub(crate) struct Shape {
     pub sig: OpSig,
     pub stage_max: usize,
     pub stage_off_huge_max: usize,
+    pub relay_min: usize,
 }
 
 impl Shape {
@@ -42,6 +43,7 @@ impl Shape {
         NodeOp::new(self.coll, self.algo, send, recv, self.block, self.sig)
             .with_stage_max(self.stage_max)
             .with_stage_off_huge_max(self.stage_off_huge_max)
+            .with_relay_min(self.relay_min)
     }
 }
 
@@ -139,6 +141,7 @@ mod tests {
             sig: OpSig(block as u32),
             stage_max: 0,
             stage_off_huge_max: 0,
+            relay_min: usize::MAX,
         }
     }
 

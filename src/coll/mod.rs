@@ -397,6 +397,7 @@ fn node_shape(
             node::default_stage_off_huge_max(&coll, n, oversubscribed),
         ),
     };
+    let relay_min = tuning.node_relay_min.unwrap_or_else(|| node::default_relay_min(n, oversubscribed));
     let bufs = &layout.bufs;
     Ok(Some(fast::Shape {
         coll,
@@ -407,6 +408,7 @@ fn node_shape(
         sig: layout.sig,
         stage_max,
         stage_off_huge_max,
+        relay_min,
     }))
 }
 
@@ -539,7 +541,8 @@ fn node_plan(algo: node::NodeAlgo) -> Arc<plan::Plan> {
 }
 
 /// Algorithm tuning from the environment (NCCL_ALGO, FERROCCL_CHUNK_SIZE,
-/// FERROCCL_TREE_THRESHOLD, FERROCCL_NODE_ONESHOT_MAX, FERROCCL_NODE_STAGE_MAX), parsed once.
+/// FERROCCL_TREE_THRESHOLD, FERROCCL_NODE_ONESHOT_MAX, FERROCCL_NODE_STAGE_MAX,
+/// FERROCCL_NODE_RELAY_MIN), parsed once.
 fn tuning() -> Result<&'static algo::Tuning> {
     static TUNING: std::sync::OnceLock<std::result::Result<algo::Tuning, String>> = std::sync::OnceLock::new();
     let t = TUNING.get_or_init(|| {
@@ -553,6 +556,7 @@ fn tuning() -> Result<&'static algo::Tuning> {
             selection,
             node_one_shot_max: crate::env::get_bytes_opt("FERROCCL_NODE_ONESHOT_MAX").map(|b| b as usize),
             node_stage_max: crate::env::get_bytes_opt("FERROCCL_NODE_STAGE_MAX").map(|b| b as usize),
+            node_relay_min: crate::env::get_bytes_opt("FERROCCL_NODE_RELAY_MIN").map(|b| b as usize),
         })
     });
     t.as_ref().map_err(|e| Error::invalid_usage(e.clone()))

@@ -180,6 +180,15 @@ pub fn default_stage_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -
         (NodeColl::Gather { .. }, _) => STAGE_MAX,
     }
 }
+/// Smallest all-gather (the whole message) that goes by relay ([`NodeOp::relay`]) at
+/// `nranks` ranks: none yet. With inputs rewritten before every call, Open MPI's ring beat
+/// both the pull by kernel copies and the pull of `ncclMemAlloc` inputs in place from 2 MiB
+/// on the 16-core host (round 132, 8 ranks: 323 us against 451 and 408), so where every rank
+/// reads from matters there, not the copy; the relay reads as the ring does. Off until it
+/// has been measured there (`FERROCCL_NODE_RELAY_MIN` turns it on).
+pub fn default_relay_min(_nranks: usize, _oversubscribed: bool) -> usize {
+    usize::MAX
+}
 /// Bytes reduced at a time: the partial result and one input stay in cache.
 const PIECE: usize = 64 << 10;
 /// Up to which size, above [`default_stage_max`], a rank's buffer still goes through its
@@ -383,6 +392,11 @@ pub struct NodeOp {
     calls_checked: bool,
     /// The call's signature, announced in the area and compared with the peers'.
     sig: OpSig,
+    /// An all-gather of at least this many bytes (the whole message) at three or more ranks
+    /// offers to go by relay ([`NodeOp::relay`]).
+    relay_min: usize,
+    /// A relayed all-gather: the step this rank is on (1 to nranks - 1; nranks once done).
+    relay_step: Option<usize>,
 }
 
 // SAFETY: carries the user's buffer addresses, valid until the operation completes (API
@@ -410,6 +424,8 @@ impl NodeOp {
             own_copied: false,
             calls_checked: false,
             sig,
+            relay_min: usize::MAX,
+            relay_step: None,
         }
     }
 
@@ -425,6 +441,19 @@ impl NodeOp {
     pub fn with_stage_off_huge_max(mut self, max: usize) -> NodeOp {
         self.stage_off_huge_max = max;
         self
+    }
+
+    /// Sets the smallest all-gather (the whole message) that offers to go by relay (default:
+    /// none does).
+    pub fn with_relay_min(mut self, min: usize) -> NodeOp {
+        self.relay_min = min;
+        self
+    }
+
+    /// Whether this rank offers to relay this operation: an all-gather of at least
+    /// `relay_min` bytes at three or more ranks (at two, a relay is the pull).
+    fn offers_relay(&self, nranks: usize) -> bool {
+        matches!(self.coll, NodeColl::AllGather) && nranks >= 3 && self.bytes.saturating_mul(nranks) >= self.relay_min
     }
 
     /// Numbers this operation (or round) and announces its call to the peers.
@@ -457,6 +486,10 @@ impl NodeOp {
             if !late.is_empty() {
                 return late;
             }
+        }
+        if self.relay_step.is_some() && self.phase == Phase::WaitArrived {
+            let left = (area.rank() + area.nranks() - 1) % area.nranks();
+            return behind.into_iter().filter(|&r| r == left).collect();
         }
         match self.phase {
             // A direct operation first waits until its descriptor copy is free.
@@ -758,7 +791,9 @@ impl NodeOp {
         let mut recv = BufDesc::of_sharing(self.recv, recv_len, share_heap);
         let mut send = BufDesc::of_sharing(self.send, send_len, share_heap);
         send.staged = stage(&send, self.send, send_len);
-        recv.staged = stage(&recv, self.recv, recv_len);
+        // An all-gather's receive buffer is written by its owner alone (read by a relay's
+        // neighbour in place, never through a slot).
+        recv.staged = !matches!(self.coll, NodeColl::AllGather) && stage(&recv, self.recv, recv_len);
         let awaits_huge = |d: &BufDesc| d.staged && size > self.stage_max;
         // Peers in other processes reach the rest of our private buffers by kernel copies,
         // which pin every page they touch: fewer, larger pages make each copy cheaper.
@@ -775,7 +810,7 @@ impl NodeOp {
         }
         self.stage_send = send.staged;
         self.stage_recv = recv.staged;
-        area.publish(send, recv, pre, self.bytes);
+        area.publish(send, recv, pre, self.bytes, self.offers_relay(area.nranks()));
         self.off = 0;
         // Our own first piece; fixed for all ranks once every rank has published.
         self.piece = if send.staged || recv.staged { self.staged_piece(area) } else { self.bytes };
@@ -795,6 +830,8 @@ impl NodeOp {
                 let shared_copy = area.nranks() == 2 && self.bytes >= SPLIT_MIN && self.bytes > self.stage_max;
                 (0, if shared_copy { self.bytes } else { 0 })
             }
+            // A relay's neighbour reads the blocks this rank received.
+            NodeColl::AllGather if self.offers_relay(area.nranks()) => (send_len, recv_len),
             // (A gather goes one-shot only, through slots: never reached here.)
             NodeColl::AllGather | NodeColl::ReduceScatter(_) | NodeColl::Gather { .. } => (send_len, 0),
         }
@@ -1222,13 +1259,25 @@ impl NodeOp {
         }
         if self.phase == Phase::Start {
             let send_len = if root.is_none_or(|r| r == me) { block } else { 0 };
-            // The receive buffer is only ever written by its owner: never staged.
-            if !self.begin(area, send_len, 0, None)? {
+            // The receive buffer is only ever written by its owner: never staged. A relay's
+            // neighbour reads it whole.
+            let recv_len = if self.offers_relay(n) { n * block } else { 0 };
+            if !self.begin(area, send_len, recv_len, None)? {
                 return Ok(());
             }
         }
         loop {
             if self.phase == Phase::WaitSlot && !self.enter_round(area)? {
+                return Ok(());
+            }
+            if self.relay_step.is_some() {
+                if self.relay(area)? {
+                    self.relay_step = None;
+                    // Our right neighbour reads our buffers until its last step.
+                    area.mark(Counter::Left, self.seq);
+                    self.phase = Phase::WaitLeft;
+                    self.wait_left(area)?;
+                }
                 return Ok(());
             }
             if self.phase == Phase::WaitArrived {
@@ -1247,6 +1296,15 @@ impl NodeOp {
                 match root {
                     None => self.fix_piece(area, 0..n),
                     Some(r) => self.fix_piece(area, r..r + 1),
+                }
+                // Every rank offered to relay and none stages: all decide alike from the same
+                // descriptors.
+                let relayed =
+                    root.is_none() && self.off == 0 && self.piece == block && (0..n).all(|r| area.descriptor(r).relay);
+                if relayed {
+                    self.copy_own_block(area);
+                    self.relay_step = Some(1);
+                    continue;
                 }
                 if let Some(r) = root.filter(|&r| self.split_copy(area, r)) {
                     if !self.shared_copy(area, r)? {
@@ -1416,6 +1474,54 @@ impl NodeOp {
             }
         }
         Ok(())
+    }
+
+    /// An all-gather's own block into its place in the output, unless it is there already (in
+    /// place).
+    fn copy_own_block(&self, area: &NodeArea) {
+        let block = self.bytes;
+        // SAFETY: the caller's receive buffer holds nranks blocks; block `rank` is this
+        // rank's to write until the operation completes.
+        let dst = unsafe { self.recv.add(area.rank() * block) };
+        if !std::ptr::eq(self.send, dst) {
+            // SAFETY: our send buffer holds `block` bytes; NCCL's in-place rule means it either
+            // is this block of the output or does not overlap it.
+            unsafe { std::ptr::copy(self.send, dst, block) };
+        }
+    }
+
+    /// A relayed all-gather: at step k (1 to n - 1) this rank copies block `me - k` from its
+    /// left neighbour, which holds it once it has announced its step k - 1 (its own input,
+    /// at step 1), and then announces step k. Each rank reads one neighbour only, lines that
+    /// neighbour has just written, as a ring moves them (Open MPI's all-gather), where the
+    /// pull has every rank read every owner's input at once. `true` once the last step is
+    /// done; `false` while the left neighbour is behind.
+    fn relay(&mut self, area: &mut NodeArea) -> Result<bool> {
+        let (me, n) = (area.rank(), area.nranks());
+        let block = self.bytes;
+        let left = (me + n - 1) % n;
+        while let Some(k) = self.relay_step.filter(|&k| k < n) {
+            if !area.reached(left, Counter::Arrived, self.seq)? {
+                return Ok(false);
+            }
+            let b = (me + n - k) % n;
+            // Step 1 reads the neighbour's input, later ones what it received the step before.
+            let (which, at) = if k == 1 { (0, 0) } else { (1, b * block) };
+            // SAFETY: our receive buffer holds n blocks; block b is ours to write until the
+            // operation completes, and no peer writes it.
+            let out = unsafe { std::slice::from_raw_parts_mut(self.recv.add(b * block), block) };
+            match area.peer_buf(left, which, at + block) {
+                // SAFETY: the neighbour's input, or block b of its output, which it wrote
+                // before announcing step k - 1 and keeps until every rank has left; another
+                // rank's memory, so no overlap with ours.
+                PeerBuf::Direct(p) => unsafe { std::ptr::copy_nonoverlapping(p.add(at), out.as_mut_ptr(), block) },
+                PeerBuf::Remote { pid, addr } => peer_mem::read_remote(pid, addr + at as u64, out)?,
+            }
+            self.start(area);
+            area.mark(Counter::Arrived, self.seq);
+            self.relay_step = Some(k + 1);
+        }
+        Ok(true)
     }
 
     /// Phase WaitLeft: done once every rank has marked Left for this operation.
@@ -2003,7 +2109,9 @@ mod tests {
     /// Integer results are exact whatever the order of the terms.
     #[test]
     fn mixed_stream_of_node_collectives_is_exact() {
-        mixed_stream(crate::transport::node_area::areas_for_threads(3), |_| STAGE_MAX);
+        mixed_stream(crate::transport::node_area::areas_for_threads(3), |_| STAGE_MAX, |_| usize::MAX);
+        // Every direct all-gather by relay.
+        mixed_stream(crate::transport::node_area::areas_for_threads(3), |_| STAGE_MAX, |_| 0);
     }
 
     /// The same stream with buffers that peers cannot map (ranks as if in separate
@@ -2014,12 +2122,12 @@ mod tests {
     fn mixed_stream_through_slots_is_exact() {
         use crate::transport::node_area::{areas_for_threads_with, SMALL_BYTES};
         let areas = areas_for_threads_with(3, SMALL_BYTES, true);
-        mixed_stream(areas, |r| [0, 4096, STAGE_MAX][r]);
+        mixed_stream(areas, |r| [0, 4096, STAGE_MAX][r], |_| 0);
 
         // Every rank staged, one slot a multiple of the pieces, one not, and one larger than
         // an all-reduce round (ROUND_SLICE per rank).
         for slot in [SMALL_BYTES, 5 * 4096, crate::transport::node_area::SLOT_BYTES] {
-            mixed_stream(areas_for_threads_with(3, slot, true), |_| STAGE_MAX);
+            mixed_stream(areas_for_threads_with(3, slot, true), |_| STAGE_MAX, |_| usize::MAX);
         }
     }
 
@@ -2029,8 +2137,60 @@ mod tests {
     #[test]
     fn mixed_stream_by_kernel_copies_is_exact() {
         use crate::transport::node_area::{areas_for_threads_by_kernel_copies, SLOT_BYTES, SMALL_BYTES};
-        mixed_stream(areas_for_threads_by_kernel_copies(3, SLOT_BYTES), |_| 0);
-        mixed_stream(areas_for_threads_by_kernel_copies(3, SMALL_BYTES), |r| [0, 4096, STAGE_MAX][r]);
+        mixed_stream(areas_for_threads_by_kernel_copies(3, SLOT_BYTES), |_| 0, |_| usize::MAX);
+        mixed_stream(areas_for_threads_by_kernel_copies(3, SMALL_BYTES), |r| [0, 4096, STAGE_MAX][r], |_| usize::MAX);
+        // Direct all-gathers by relay; then rank 1 declining it, so that none relays.
+        mixed_stream(areas_for_threads_by_kernel_copies(3, SLOT_BYTES), |_| 0, |_| 0);
+        mixed_stream(areas_for_threads_by_kernel_copies(3, SLOT_BYTES), |_| 0, |r| [0, usize::MAX, 0][r]);
+    }
+
+    /// All-gathers by relay, in and out of place, with buffers peers map (ranks in one process,
+    /// or ncclMemAlloc memory) and reached by kernel copies: every block lands, and a relay
+    /// takes a step per rank (its operation numbers advance by nranks, a pull's by one) unless
+    /// one rank does not offer it.
+    #[test]
+    fn relayed_all_gathers_are_exact() {
+        use crate::transport::node_area::{areas_for_threads, areas_for_threads_by_kernel_copies, SLOT_BYTES};
+        for (n, by_kernel_copies) in [(3, false), (5, false), (4, true)] {
+            let areas =
+                if by_kernel_copies { areas_for_threads_by_kernel_copies(n, SLOT_BYTES) } else { areas_for_threads(n) };
+            on_rank_threads(areas, move |me, mut area| {
+                let mut scratch = Vec::new();
+                let mut last_seq = None;
+                for (k, count) in [1usize, 1000, 70_000, 3, 5000].into_iter().enumerate() {
+                    let in_place = k % 2 == 1;
+                    // Rank 1 declines the last one (as if its FERROCCL_NODE_RELAY_MIN differed).
+                    let declines = k == 4 && me == 1;
+                    let value = |r: usize, i: usize| (k * 1_000_000 + r * 100_000 + i) as i64;
+                    let input: Vec<i64> = (0..count).map(|i| value(me, i)).collect();
+                    let mut out = vec![-1i64; n * count];
+                    if in_place {
+                        out[me * count..(me + 1) * count].copy_from_slice(&input);
+                    }
+                    let send = if in_place { out[me * count..].as_ptr() } else { input.as_ptr() };
+                    let mut op = NodeOp::new(
+                        NodeColl::AllGather,
+                        NodeAlgo::Direct,
+                        send.cast(),
+                        out.as_mut_ptr().cast(),
+                        count * 8,
+                        OpSig::NONE,
+                    )
+                    .with_stage_max(0)
+                    .with_relay_min(if declines { usize::MAX } else { 0 });
+                    while !op.is_done() {
+                        op.progress(&mut area, &mut scratch).unwrap();
+                    }
+                    let wrong = (0..n * count).find(|&j| out[j] != value(j / count, j % count));
+                    assert_eq!(wrong, None, "rank {me}, all-gather {k} of {n} x {count}");
+                    if let Some(last) = last_seq {
+                        let steps = if k == 4 { 1 } else { n as u64 };
+                        assert_eq!(op.seq - last, steps, "rank {me}, all-gather {k}: operation numbers used");
+                    }
+                    last_seq = Some(op.seq);
+                }
+            });
+        }
     }
 
     #[test]
@@ -2266,7 +2426,7 @@ mod tests {
         }
     }
 
-    fn mixed_stream(areas: Vec<NodeArea>, stage_max: fn(usize) -> usize) {
+    fn mixed_stream(areas: Vec<NodeArea>, stage_max: fn(usize) -> usize, relay_min: fn(usize) -> usize) {
         use crate::types::DataType;
         let n = areas.len();
         // Elements (i64): tiny (<= 14: one or both lines of the slot), ring slots, small
@@ -2356,7 +2516,9 @@ mod tests {
                     // In-place reduce-scatter: the result is block `me` of the input.
                     let at = if matches!(coll, NodeColl::ReduceScatter(_)) && in_place { me * count } else { 0 };
                     let recv = out[at..].as_mut_ptr() as *mut u8;
-                    let mut op = NodeOp::new(coll, algo, send, recv, bytes, OpSig::NONE).with_stage_max(stage_max(me));
+                    let mut op = NodeOp::new(coll, algo, send, recv, bytes, OpSig::NONE)
+                        .with_stage_max(stage_max(me))
+                        .with_relay_min(relay_min(me));
                     while !op.is_done() {
                         op.progress(&mut area, &mut scratch).unwrap();
                     }

@@ -143,7 +143,8 @@ pub enum Counter {
 
 /// Words of the descriptor: send and receive buffer, each as address, then (fd, serial,
 /// size, offset) of its ncclMemAlloc allocation (fd -1: none); then flags (bit 0: the rank
-/// pre-scales its input; bits 1 and 2: its send and receive buffer travel through its slot),
+/// pre-scales its input; bits 1 and 2: its send and receive buffer travel through its slot;
+/// bit 3: it offers its receive buffer for a relayed all-gather),
 /// the scalar's bytes (PreMulSum scalars differ per rank), and the bytes of one rank's block.
 pub const DESC_WORDS: usize = 13;
 /// Offset of the descriptor's first copy in a control block, after the counters' lines; the
@@ -210,6 +211,9 @@ pub struct Descriptor {
     /// Bytes of one rank's block in this rank's call: a peer that writes into this rank's
     /// buffers checks it (the calls' signatures carry only a digest of the count).
     pub block: u64,
+    /// An all-gather: its right neighbour may read the blocks this rank has received from
+    /// its receive buffer (the relay, `coll::node`), once every rank offers it.
+    pub relay: bool,
 }
 
 impl Descriptor {
@@ -219,7 +223,7 @@ impl Descriptor {
             w[10] = 1;
             w[11] = u64::from_ne_bytes(s);
         }
-        w[10] |= (u64::from(self.send.staged) << 1) | (u64::from(self.recv.staged) << 2);
+        w[10] |= (u64::from(self.send.staged) << 1) | (u64::from(self.recv.staged) << 2) | (u64::from(self.relay) << 3);
         w[12] = self.block;
         for (i, d) in [self.send, self.recv].iter().enumerate() {
             let o = i * 5;
@@ -255,6 +259,7 @@ impl Descriptor {
             recv: buf(5, flags >> 2 & 1 == 1),
             pre_scalar: (flags & 1 == 1).then(|| w[11].to_ne_bytes()),
             block: w[12],
+            relay: flags >> 3 & 1 == 1,
         }
     }
 }
@@ -732,10 +737,10 @@ impl NodeArea {
     }
 
     /// Publishes this rank's buffers, input scalar and block size (before marking `Arrived`).
-    pub fn publish(&mut self, send: BufDesc, recv: BufDesc, pre_scalar: Option<[u8; 8]>, block: usize) {
+    pub fn publish(&mut self, send: BufDesc, recv: BufDesc, pre_scalar: Option<[u8; 8]>, block: usize, relay: bool) {
         self.published += 1;
         self.desc_first[self.desc_copy()] = self.started;
-        let w = Descriptor { send, recv, pre_scalar, block: block as u64 }.encode();
+        let w = Descriptor { send, recv, pre_scalar, block: block as u64, relay }.encode();
         for (i, v) in w.iter().enumerate() {
             self.ctrl_word(self.rank, self.desc_at(i)).store(*v, Ordering::Relaxed);
         }
@@ -956,7 +961,7 @@ mod tests {
         let publish = |area: &mut NodeArea, addr: u64| {
             area.next_seq();
             assert!(area.descriptor_free().unwrap(), "rank {} had to wait", area.rank());
-            area.publish(desc(addr), desc(addr + 1), None, 64);
+            area.publish(desc(addr), desc(addr + 1), None, 64, false);
         };
         // Operation 1 on both ranks; rank 0 leaves it, runs two one-shot operations (2, 3) and
         // publishes operation 4 while rank 1 is still on operation 1.
@@ -994,8 +999,10 @@ mod tests {
             recv: BufDesc { addr: 0x2000, shared: None, staged: true },
             pre_scalar: Some(2.5f64.to_ne_bytes()),
             block: 12345,
+            relay: true,
         };
         assert_eq!(Descriptor::decode(&d.encode()), d);
+        assert!(!Descriptor::decode(&Descriptor { relay: false, ..d }.encode()).relay);
         // Within the allocation, up to its end; not one byte past it, nor by overflow.
         assert_eq!(d.send.shared_range(3096), Some(shared));
         assert_eq!(d.send.shared_range(3097), None);
@@ -1005,7 +1012,7 @@ mod tests {
         let junk = [u64::MAX; DESC_WORDS];
         let j = Descriptor::decode(&junk);
         assert_eq!(Descriptor::decode(&j.encode()), j);
-        assert!(j.send.shared.is_none() && j.send.staged && j.recv.staged && j.pre_scalar.is_some());
+        assert!(j.send.shared.is_none() && j.send.staged && j.recv.staged && j.pre_scalar.is_some() && j.relay);
     }
 
     /// Every input length a tiny slot takes, over both of its lines, reaches the peer whole,
