@@ -232,7 +232,8 @@ pub static PARAMS: &[Param] = &[
         "On one host, all-gathers of at least this many bytes (the whole output) at three or more \
          ranks go by relay, as a ring: each rank copies the blocks from its left neighbour's \
          output one step after the neighbour received them, instead of every rank copying every \
-         block from its owner's input at once; unset: never (the same on every rank, else none relays)",
+         block from its owner's input at once; unset: 4 and more ranks with a core each, 2-8 MiB \
+         (malloc'd buffers) or 256 KiB-4 MiB (ncclMemAlloc); ranks whose setting differs do not relay",
     ),
     param(
         "FERROCCL_HUGE_PAGES",

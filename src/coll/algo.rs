@@ -297,7 +297,8 @@ pub struct Tuning {
     /// `None`: chosen per collective and rank count (`node::default_stage_max`).
     pub node_stage_max: Option<usize>,
     /// Node all-gathers of at least this many bytes (the whole message) at three or more
-    /// ranks go by relay. `None`: chosen by rank count (`node::default_relay_min`).
+    /// ranks go by relay. `None`: chosen by rank count and buffer kind
+    /// (`node::default_relay_sizes`).
     pub node_relay_min: Option<usize>,
 }
 

@@ -34,7 +34,7 @@ pub(crate) struct Shape {
     pub sig: OpSig,
     pub stage_max: usize,
     pub stage_off_huge_max: usize,
-    pub relay_min: usize,
+    pub relay_sizes: super::node::RelaySizes,
 }
 
 impl Shape {
@@ -43,7 +43,7 @@ impl Shape {
         NodeOp::new(self.coll, self.algo, send, recv, self.block, self.sig)
             .with_stage_max(self.stage_max)
             .with_stage_off_huge_max(self.stage_off_huge_max)
-            .with_relay_min(self.relay_min)
+            .with_relay_sizes(self.relay_sizes)
     }
 }
 
@@ -141,7 +141,7 @@ mod tests {
             sig: OpSig(block as u32),
             stage_max: 0,
             stage_off_huge_max: 0,
-            relay_min: usize::MAX,
+            relay_sizes: crate::coll::node::RelaySizes::NEVER,
         }
     }
 

@@ -397,7 +397,10 @@ fn node_shape(
             node::default_stage_off_huge_max(&coll, n, oversubscribed),
         ),
     };
-    let relay_min = tuning.node_relay_min.unwrap_or_else(|| node::default_relay_min(n, oversubscribed));
+    let relay_sizes = match tuning.node_relay_min {
+        Some(min) => node::RelaySizes::from_min(min),
+        None => node::default_relay_sizes(n, oversubscribed),
+    };
     let bufs = &layout.bufs;
     Ok(Some(fast::Shape {
         coll,
@@ -408,7 +411,7 @@ fn node_shape(
         sig: layout.sig,
         stage_max,
         stage_off_huge_max,
-        relay_min,
+        relay_sizes,
     }))
 }
 

@@ -17,6 +17,9 @@
 //!   all-gathers go one-shot instead, copying slots where an all-reduce folds them. A large
 //!   2-process broadcast is copied by both: the receiver pulls chunks while the root pushes
 //!   others.
+//! - **Relay** all-gather (medium and large, [`default_relay_sizes`]): as a ring, each rank
+//!   copies block me - k from its left neighbour's output one step after the neighbour got
+//!   it, so each rank reads lines one core has just written, not every owner's at once.
 //!
 //! Both are state machines the executor polls (`progress` never blocks), so one thread can
 //! drive the ranks of several communicators, and each rank folds the same inputs in the same
@@ -180,14 +183,51 @@ pub fn default_stage_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -
         (NodeColl::Gather { .. }, _) => STAGE_MAX,
     }
 }
-/// Smallest all-gather (the whole message) that goes by relay ([`NodeOp::relay`]) at
-/// `nranks` ranks: none yet. With inputs rewritten before every call, Open MPI's ring beat
-/// both the pull by kernel copies and the pull of `ncclMemAlloc` inputs in place from 2 MiB
-/// on the 16-core host (round 132, 8 ranks: 323 us against 451 and 408), so where every rank
-/// reads from matters there, not the copy; the relay reads as the ring does. Off until it
-/// has been measured there (`FERROCCL_NODE_RELAY_MIN` turns it on).
-pub fn default_relay_min(_nranks: usize, _oversubscribed: bool) -> usize {
-    usize::MAX
+/// The all-gathers (sizes of the whole message, both bounds included) a rank offers to relay
+/// ([`NodeOp::relay`]), by whether its peers map its buffers (ncclMemAlloc memory, ranks in
+/// one process) or reach them by kernel copies. Every rank must offer for a relay to happen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RelaySizes {
+    pub mapped: (usize, usize),
+    pub unmapped: (usize, usize),
+}
+
+impl RelaySizes {
+    pub const NEVER: RelaySizes = RelaySizes { mapped: (usize::MAX, 0), unmapped: (usize::MAX, 0) };
+
+    /// Every all-gather of at least `min` bytes, whatever the buffers.
+    pub fn from_min(min: usize) -> RelaySizes {
+        RelaySizes { mapped: (min, usize::MAX), unmapped: (min, usize::MAX) }
+    }
+
+    fn contains(&self, mapped: bool, size: usize) -> bool {
+        let (lo, hi) = if mapped { self.mapped } else { self.unmapped };
+        (lo..=hi).contains(&size)
+    }
+}
+
+/// Which all-gathers go by relay at `nranks` ranks. With inputs rewritten before every call,
+/// Open MPI's ring beat both the pull by kernel copies and the pull of `ncclMemAlloc` inputs
+/// in place from 2 MiB on the 16-core host (round 132, 8 ranks: 323 us against 451 and 408):
+/// where each rank reads from mattered, not the copy. The relay reads as a ring does. Measured
+/// there (bench/results/ag-stage-rule/round136.sh, three alternations, median us at 4 / 8 / 16
+/// ranks, fresh inputs unless said):
+/// - malloc'd, 2 MiB: relay 271 / 247 / 456 against the pull's 475 / 459 / 665 (Open MPI 388 /
+///   448 / 595); 8 MiB 809 / 973 / 2791 against 929 / 1407 / 2856; 16 MiB mixed (8 ranks 3016
+///   against 2418). Reused inputs favour the pull (8 ranks 2 MiB 292 against 201), and the
+///   relay stays above Open MPI (389) there. Below 2 MiB the slots ([`default_stage_max`]) stay.
+/// - ncclMemAlloc, fresh: from 256 KiB the relay takes 0.4-0.7x the pull's time (512 KiB 55 /
+///   50 / 65 against 94 / 88 / 104, 2 MiB 241 / 193 / 280 against 402 / 382 / 553); reused
+///   inputs favour the pull by 2-4x at 256 KiB-1 MiB, the relay still above Open MPI; at 8 MiB
+///   16 ranks only level with it (2638 against 2678), so mapped buffers stop at 4 MiB.
+///
+/// Not measured at 3 ranks or with ranks sharing cores (a chain of neighbours waits for every
+/// descheduled one): there none relays.
+pub fn default_relay_sizes(nranks: usize, oversubscribed: bool) -> RelaySizes {
+    if oversubscribed || nranks < 4 {
+        return RelaySizes::NEVER;
+    }
+    RelaySizes { mapped: (256 << 10, 4 << 20), unmapped: (2 << 20, 8 << 20) }
 }
 /// Bytes reduced at a time: the partial result and one input stay in cache.
 const PIECE: usize = 64 << 10;
@@ -392,9 +432,8 @@ pub struct NodeOp {
     calls_checked: bool,
     /// The call's signature, announced in the area and compared with the peers'.
     sig: OpSig,
-    /// An all-gather of at least this many bytes (the whole message) at three or more ranks
-    /// offers to go by relay ([`NodeOp::relay`]).
-    relay_min: usize,
+    /// The all-gathers this rank offers to relay ([`NodeOp::relay`]).
+    relay_sizes: RelaySizes,
     /// A relayed all-gather: the step this rank is on (1 to nranks - 1; nranks once done).
     relay_step: Option<usize>,
 }
@@ -424,7 +463,7 @@ impl NodeOp {
             own_copied: false,
             calls_checked: false,
             sig,
-            relay_min: usize::MAX,
+            relay_sizes: RelaySizes::NEVER,
             relay_step: None,
         }
     }
@@ -443,17 +482,24 @@ impl NodeOp {
         self
     }
 
-    /// Sets the smallest all-gather (the whole message) that offers to go by relay (default:
-    /// none does).
-    pub fn with_relay_min(mut self, min: usize) -> NodeOp {
-        self.relay_min = min;
+    /// Sets the all-gathers this rank offers to relay (default: none).
+    pub fn with_relay_sizes(mut self, sizes: RelaySizes) -> NodeOp {
+        self.relay_sizes = sizes;
         self
     }
 
-    /// Whether this rank offers to relay this operation: an all-gather of at least
-    /// `relay_min` bytes at three or more ranks (at two, a relay is the pull).
-    fn offers_relay(&self, nranks: usize) -> bool {
-        matches!(self.coll, NodeColl::AllGather) && nranks >= 3 && self.bytes.saturating_mul(nranks) >= self.relay_min
+    /// Whether this rank offers to relay this operation, its buffers mapped by its peers or
+    /// not (`None`: either): an all-gather of a size it relays, at three or more ranks (at
+    /// two, a relay is the pull).
+    fn offers_relay(&self, nranks: usize, mapped: Option<bool>) -> bool {
+        let size = self.bytes.saturating_mul(nranks);
+        let relays = |m: bool| self.relay_sizes.contains(m, size);
+        matches!(self.coll, NodeColl::AllGather)
+            && nranks >= 3
+            && match mapped {
+                Some(m) => relays(m),
+                None => relays(true) || relays(false),
+            }
     }
 
     /// Numbers this operation (or round) and announces its call to the peers.
@@ -810,7 +856,8 @@ impl NodeOp {
         }
         self.stage_send = send.staged;
         self.stage_recv = recv.staged;
-        area.publish(send, recv, pre, self.bytes, self.offers_relay(area.nranks()));
+        let mapped = area.peers_share_address_space() || (send.shared.is_some() && recv.shared.is_some());
+        area.publish(send, recv, pre, self.bytes, self.offers_relay(area.nranks(), Some(mapped)));
         self.off = 0;
         // Our own first piece; fixed for all ranks once every rank has published.
         self.piece = if send.staged || recv.staged { self.staged_piece(area) } else { self.bytes };
@@ -831,7 +878,7 @@ impl NodeOp {
                 (0, if shared_copy { self.bytes } else { 0 })
             }
             // A relay's neighbour reads the blocks this rank received.
-            NodeColl::AllGather if self.offers_relay(area.nranks()) => (send_len, recv_len),
+            NodeColl::AllGather if self.offers_relay(area.nranks(), None) => (send_len, recv_len),
             // (A gather goes one-shot only, through slots: never reached here.)
             NodeColl::AllGather | NodeColl::ReduceScatter(_) | NodeColl::Gather { .. } => (send_len, 0),
         }
@@ -1261,7 +1308,7 @@ impl NodeOp {
             let send_len = if root.is_none_or(|r| r == me) { block } else { 0 };
             // The receive buffer is only ever written by its owner: never staged. A relay's
             // neighbour reads it whole.
-            let recv_len = if self.offers_relay(n) { n * block } else { 0 };
+            let recv_len = if self.offers_relay(n, None) { n * block } else { 0 };
             if !self.begin(area, send_len, recv_len, None)? {
                 return Ok(());
             }
@@ -2177,7 +2224,11 @@ mod tests {
                         OpSig::NONE,
                     )
                     .with_stage_max(0)
-                    .with_relay_min(if declines { usize::MAX } else { 0 });
+                    .with_relay_sizes(if declines {
+                        RelaySizes::NEVER
+                    } else {
+                        RelaySizes::from_min(0)
+                    });
                     while !op.is_done() {
                         op.progress(&mut area, &mut scratch).unwrap();
                     }
@@ -2518,7 +2569,7 @@ mod tests {
                     let recv = out[at..].as_mut_ptr() as *mut u8;
                     let mut op = NodeOp::new(coll, algo, send, recv, bytes, OpSig::NONE)
                         .with_stage_max(stage_max(me))
-                        .with_relay_min(relay_min(me));
+                        .with_relay_sizes(RelaySizes::from_min(relay_min(me)));
                     while !op.is_done() {
                         op.progress(&mut area, &mut scratch).unwrap();
                     }
@@ -3053,6 +3104,33 @@ mod tests {
                 assert!(*out == expected(k), "{n} ranks, rank {r}, call {k}: changed after it returned");
             }
         }
+    }
+
+    #[test]
+    fn relays_take_the_measured_sizes_by_buffer_kind() {
+        let r = default_relay_sizes(8, false);
+        assert!(r.contains(true, 256 << 10) && r.contains(true, 4 << 20) && !r.contains(true, 128 << 10));
+        assert!(!r.contains(true, 8 << 20) && r.contains(false, 8 << 20) && !r.contains(false, 16 << 20));
+        assert!(r.contains(false, 2 << 20) && !r.contains(false, 1 << 20));
+        for (n, oversubscribed) in [(3, false), (2, false), (8, true)] {
+            assert_eq!(default_relay_sizes(n, oversubscribed), RelaySizes::NEVER);
+        }
+        // A 1 MiB all-gather at 8 ranks: offered with mapped buffers only; never at two ranks.
+        let op = |n: usize| {
+            NodeOp::new(
+                NodeColl::AllGather,
+                NodeAlgo::Direct,
+                std::ptr::null(),
+                std::ptr::null_mut(),
+                (1 << 20) / n,
+                OpSig::NONE,
+            )
+            .with_relay_sizes(default_relay_sizes(8, false))
+        };
+        assert!(
+            op(8).offers_relay(8, Some(true)) && !op(8).offers_relay(8, Some(false)) && op(8).offers_relay(8, None)
+        );
+        assert!(!op(2).offers_relay(2, Some(true)));
     }
 
     #[test]

@@ -380,8 +380,10 @@ fn ordinary_buffers_across_processes() {
         &[("FERROCCL_NODE_STAGE_MAX", "0")],
     ];
     // Three processes by kernel copies too: the third rank reads both of the first two
-    // inputs of every fold from other processes (`node::start_fold`).
-    let runs = modes.iter().map(|env| (2, *env)).chain([(3, modes[2])]);
+    // inputs of every fold from other processes (`node::start_fold`); and with every direct
+    // all-gather by relay (each rank reading its left neighbour's output).
+    let relay: &[(&str, &str)] = &[("FERROCCL_NODE_STAGE_MAX", "0"), ("FERROCCL_NODE_RELAY_MIN", "0")];
+    let runs = modes.iter().map(|env| (2, *env)).chain([(3, modes[2]), (3, relay)]);
     for (n, env) in runs {
         let id = unique_id();
         let children: Vec<Child> = (0..n).map(|r| spawn_of(r, n, "ordinary", &id, env)).collect();
