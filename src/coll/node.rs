@@ -210,24 +210,27 @@ impl RelaySizes {
 /// Open MPI's ring beat both the pull by kernel copies and the pull of `ncclMemAlloc` inputs
 /// in place from 2 MiB on the 16-core host (round 132, 8 ranks: 323 us against 451 and 408):
 /// where each rank reads from mattered, not the copy. The relay reads as a ring does. Measured
-/// there (bench/results/ag-stage-rule/round136.sh, three alternations, median us at 4 / 8 / 16
-/// ranks, fresh inputs unless said):
+/// there (bench/results/ag-relay-2026-12-07.md, round 136, three alternations, median us at
+/// 4 / 8 / 16 ranks, fresh inputs unless said):
 /// - malloc'd, 2 MiB: relay 271 / 247 / 456 against the pull's 475 / 459 / 665 (Open MPI 388 /
 ///   448 / 595); 8 MiB 809 / 973 / 2791 against 929 / 1407 / 2856; 16 MiB mixed (8 ranks 3016
-///   against 2418). Reused inputs favour the pull (8 ranks 2 MiB 292 against 201), and the
-///   relay stays above Open MPI (389) there. Below 2 MiB the slots ([`default_stage_max`]) stay.
-/// - ncclMemAlloc, fresh: from 256 KiB the relay takes 0.4-0.7x the pull's time (512 KiB 55 /
-///   50 / 65 against 94 / 88 / 104, 2 MiB 241 / 193 / 280 against 402 / 382 / 553); reused
-///   inputs favour the pull by 2-4x at 256 KiB-1 MiB, the relay still above Open MPI; at 8 MiB
-///   16 ranks only level with it (2638 against 2678), so mapped buffers stop at 4 MiB.
+///   against 2418). Reused inputs: 0.89-1.62x the pull's time, above Open MPI. Up to 1 MiB the
+///   slots stay ([`default_stage_max`]; relaying from 1 MiB lost at 16 ranks, 274 against 187).
+/// - ncclMemAlloc, fresh: 512 KiB 55 / 50 / 65 against the pull's 94 / 88 / 104, 2 MiB 241 /
+///   193 / 280 against 402 / 382 / 553; 256 KiB 28 / 27 against 49 / 45 at 4 / 8 ranks but 48
+///   against 54 at 16 (slower in two alternations of three), so 16 ranks start at 512 KiB.
+///   Reused inputs favour the pull 1.7-4.1x at 256 KiB-1 MiB, the relay still above Open MPI;
+///   at 8 MiB and 16 ranks only level with it (2638 against 2678): mapped buffers stop at 4 MiB.
+///   Ranks in one process read each other's buffers with the same plain loads: the same rule.
 ///
-/// Not measured at 3 ranks or with ranks sharing cores (a chain of neighbours waits for every
-/// descheduled one): there none relays.
+/// Not measured at 3 ranks, beyond 16 (a step per rank: smaller steps, a longer chain), or
+/// with ranks sharing cores (the chain waits for every descheduled rank): none relays there.
 pub fn default_relay_sizes(nranks: usize, oversubscribed: bool) -> RelaySizes {
-    if oversubscribed || nranks < 4 {
+    if oversubscribed || !(4..=16).contains(&nranks) {
         return RelaySizes::NEVER;
     }
-    RelaySizes { mapped: (256 << 10, 4 << 20), unmapped: (2 << 20, 8 << 20) }
+    let mapped_min = if nranks <= 8 { 256 << 10 } else { 512 << 10 };
+    RelaySizes { mapped: (mapped_min, 4 << 20), unmapped: (2 << 20, 8 << 20) }
 }
 /// Bytes reduced at a time: the partial result and one input stay in cache.
 const PIECE: usize = 64 << 10;
@@ -434,7 +437,7 @@ pub struct NodeOp {
     sig: OpSig,
     /// The all-gathers this rank offers to relay ([`NodeOp::relay`]).
     relay_sizes: RelaySizes,
-    /// A relayed all-gather: the step this rank is on (1 to nranks - 1; nranks once done).
+    /// A relayed all-gather: the step this rank is on next (1 to nranks - 1).
     relay_step: Option<usize>,
 }
 
@@ -488,18 +491,22 @@ impl NodeOp {
         self
     }
 
-    /// Whether this rank offers to relay this operation, its buffers mapped by its peers or
-    /// not (`None`: either): an all-gather of a size it relays, at three or more ranks (at
-    /// two, a relay is the pull).
-    fn offers_relay(&self, nranks: usize, mapped: Option<bool>) -> bool {
-        let size = self.bytes.saturating_mul(nranks);
-        let relays = |m: bool| self.relay_sizes.contains(m, size);
+    /// Whether this rank offers to relay this operation, its buffers mapped by its peers
+    /// ([`NodeOp::buffers_mapped`]) or not: an all-gather of a size it relays, at three or
+    /// more ranks (at two, a relay is the pull).
+    fn offers_relay(&self, nranks: usize, mapped: bool) -> bool {
         matches!(self.coll, NodeColl::AllGather)
             && nranks >= 3
-            && match mapped {
-                Some(m) => relays(m),
-                None => relays(true) || relays(false),
-            }
+            && self.relay_sizes.contains(mapped, self.bytes.saturating_mul(nranks))
+    }
+
+    /// Whether peers read this rank's all-gather buffers in place: ranks in one process, or
+    /// both buffers in memory peers map (ncclMemAlloc, a shared heap region).
+    fn buffers_mapped(&self, area: &NodeArea) -> bool {
+        let n = area.nranks();
+        area.peers_share_address_space()
+            || (peer_mem::locate(self.send as usize, self.bytes).is_some()
+                && peer_mem::locate(self.recv as usize, n * self.bytes).is_some())
     }
 
     /// Numbers this operation (or round) and announces its call to the peers.
@@ -856,8 +863,9 @@ impl NodeOp {
         }
         self.stage_send = send.staged;
         self.stage_recv = recv.staged;
-        let mapped = area.peers_share_address_space() || (send.shared.is_some() && recv.shared.is_some());
-        area.publish(send, recv, pre, self.bytes, self.offers_relay(area.nranks(), Some(mapped)));
+        // An all-gather publishes its receive buffer only when it offers to relay (pull).
+        let relay = matches!(self.coll, NodeColl::AllGather) && recv_len > 0;
+        area.publish(send, recv, pre, self.bytes, relay);
         self.off = 0;
         // Our own first piece; fixed for all ranks once every rank has published.
         self.piece = if send.staged || recv.staged { self.staged_piece(area) } else { self.bytes };
@@ -877,10 +885,11 @@ impl NodeOp {
                 let shared_copy = area.nranks() == 2 && self.bytes >= SPLIT_MIN && self.bytes > self.stage_max;
                 (0, if shared_copy { self.bytes } else { 0 })
             }
-            // A relay's neighbour reads the blocks this rank received.
-            NodeColl::AllGather if self.offers_relay(area.nranks(), None) => (send_len, recv_len),
+            // A relay's neighbour reads the blocks this rank received (`recv_len` is 0 unless
+            // it offers one).
+            NodeColl::AllGather => (send_len, recv_len),
             // (A gather goes one-shot only, through slots: never reached here.)
-            NodeColl::AllGather | NodeColl::ReduceScatter(_) | NodeColl::Gather { .. } => (send_len, 0),
+            NodeColl::ReduceScatter(_) | NodeColl::Gather { .. } => (send_len, 0),
         }
     }
 
@@ -1308,7 +1317,8 @@ impl NodeOp {
             let send_len = if root.is_none_or(|r| r == me) { block } else { 0 };
             // The receive buffer is only ever written by its owner: never staged. A relay's
             // neighbour reads it whole.
-            let recv_len = if self.offers_relay(n, None) { n * block } else { 0 };
+            let offers = root.is_none() && self.offers_relay(n, self.buffers_mapped(area));
+            let recv_len = if offers { n * block } else { 0 };
             if !self.begin(area, send_len, recv_len, None)? {
                 return Ok(());
             }
@@ -1344,10 +1354,14 @@ impl NodeOp {
                     None => self.fix_piece(area, 0..n),
                     Some(r) => self.fix_piece(area, r..r + 1),
                 }
-                // Every rank offered to relay and none stages: all decide alike from the same
-                // descriptors.
-                let relayed =
-                    root.is_none() && self.off == 0 && self.piece == block && (0..n).all(|r| area.descriptor(r).relay);
+                // Every rank offered to relay and none stages its input: all decide alike from
+                // the same descriptors.
+                let relayed = root.is_none()
+                    && self.off == 0
+                    && (0..n).all(|r| {
+                        let d = area.descriptor(r);
+                        d.relay && !d.send.staged
+                    });
                 if relayed {
                     self.copy_own_block(area);
                     self.relay_step = Some(1);
@@ -2169,6 +2183,7 @@ mod tests {
     fn mixed_stream_through_slots_is_exact() {
         use crate::transport::node_area::{areas_for_threads_with, SMALL_BYTES};
         let areas = areas_for_threads_with(3, SMALL_BYTES, true);
+        // Rank 2 stages at every size, so no all-gather relays: all fall back to the pull.
         mixed_stream(areas, |r| [0, 4096, STAGE_MAX][r], |_| 0);
 
         // Every rank staged, one slot a multiple of the pieces, one not, and one larger than
@@ -2194,20 +2209,31 @@ mod tests {
     /// All-gathers by relay, in and out of place, with buffers peers map (ranks in one process,
     /// or ncclMemAlloc memory) and reached by kernel copies: every block lands, and a relay
     /// takes a step per rank (its operation numbers advance by nranks, a pull's by one) unless
-    /// one rank does not offer it.
+    /// one rank does not offer it, or its buffers are not of the kind its sizes name.
     #[test]
     fn relayed_all_gathers_are_exact() {
         use crate::transport::node_area::{areas_for_threads, areas_for_threads_by_kernel_copies, SLOT_BYTES};
         for (n, by_kernel_copies) in [(3, false), (5, false), (4, true)] {
+            // Sizes for the other kind of buffers only: a pull (in the last all-gather).
+            let other_kind = if by_kernel_copies {
+                RelaySizes { mapped: (0, usize::MAX), unmapped: RelaySizes::NEVER.unmapped }
+            } else {
+                RelaySizes { mapped: RelaySizes::NEVER.mapped, unmapped: (0, usize::MAX) }
+            };
             let areas =
                 if by_kernel_copies { areas_for_threads_by_kernel_copies(n, SLOT_BYTES) } else { areas_for_threads(n) };
             on_rank_threads(areas, move |me, mut area| {
                 let mut scratch = Vec::new();
                 let mut last_seq = None;
-                for (k, count) in [1usize, 1000, 70_000, 3, 5000].into_iter().enumerate() {
+                for (k, count) in [1usize, 1000, 70_000, 3, 5000, 600].into_iter().enumerate() {
                     let in_place = k % 2 == 1;
-                    // Rank 1 declines the last one (as if its FERROCCL_NODE_RELAY_MIN differed).
+                    // Rank 1 declines the fifth (as if its FERROCCL_NODE_RELAY_MIN differed).
                     let declines = k == 4 && me == 1;
+                    let sizes = match k {
+                        5 => other_kind,
+                        _ if declines => RelaySizes::NEVER,
+                        _ => RelaySizes::from_min(0),
+                    };
                     let value = |r: usize, i: usize| (k * 1_000_000 + r * 100_000 + i) as i64;
                     let input: Vec<i64> = (0..count).map(|i| value(me, i)).collect();
                     let mut out = vec![-1i64; n * count];
@@ -2224,18 +2250,14 @@ mod tests {
                         OpSig::NONE,
                     )
                     .with_stage_max(0)
-                    .with_relay_sizes(if declines {
-                        RelaySizes::NEVER
-                    } else {
-                        RelaySizes::from_min(0)
-                    });
+                    .with_relay_sizes(sizes);
                     while !op.is_done() {
                         op.progress(&mut area, &mut scratch).unwrap();
                     }
                     let wrong = (0..n * count).find(|&j| out[j] != value(j / count, j % count));
                     assert_eq!(wrong, None, "rank {me}, all-gather {k} of {n} x {count}");
                     if let Some(last) = last_seq {
-                        let steps = if k == 4 { 1 } else { n as u64 };
+                        let steps = if k >= 4 { 1 } else { n as u64 };
                         assert_eq!(op.seq - last, steps, "rank {me}, all-gather {k}: operation numbers used");
                     }
                     last_seq = Some(op.seq);
@@ -3112,7 +3134,9 @@ mod tests {
         assert!(r.contains(true, 256 << 10) && r.contains(true, 4 << 20) && !r.contains(true, 128 << 10));
         assert!(!r.contains(true, 8 << 20) && r.contains(false, 8 << 20) && !r.contains(false, 16 << 20));
         assert!(r.contains(false, 2 << 20) && !r.contains(false, 1 << 20));
-        for (n, oversubscribed) in [(3, false), (2, false), (8, true)] {
+        let r16 = default_relay_sizes(16, false);
+        assert!(!r16.contains(true, 256 << 10) && r16.contains(true, 512 << 10));
+        for (n, oversubscribed) in [(3, false), (2, false), (8, true), (17, false)] {
             assert_eq!(default_relay_sizes(n, oversubscribed), RelaySizes::NEVER);
         }
         // A 1 MiB all-gather at 8 ranks: offered with mapped buffers only; never at two ranks.
@@ -3127,10 +3151,8 @@ mod tests {
             )
             .with_relay_sizes(default_relay_sizes(8, false))
         };
-        assert!(
-            op(8).offers_relay(8, Some(true)) && !op(8).offers_relay(8, Some(false)) && op(8).offers_relay(8, None)
-        );
-        assert!(!op(2).offers_relay(2, Some(true)));
+        assert!(op(8).offers_relay(8, true) && !op(8).offers_relay(8, false));
+        assert!(!op(2).offers_relay(2, true));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Round 137 (device machine, 2026-12-07). Issue 15: the relay's default rule as built
-# (a884905: 4+ ranks, 2-8 MiB malloc'd, 256 KiB-4 MiB ncclMemAlloc) against the rule before it
+# (4-16 ranks, 2-8 MiB malloc'd, 256 KiB-4 MiB ncclMemAlloc, 512 KiB from 9 ranks) against the rule before it
 # (FERROCCL_NODE_RELAY_MIN=1T: no relay) and Open MPI, all-gathers 256 KiB-16 MiB at 4, 8 and
 # 16 ranks, fresh and reused inputs, malloc'd and ncclMemAlloc. Two alternations.
 set -u
