@@ -863,7 +863,7 @@ impl NodeOp {
         }
         self.stage_send = send.staged;
         self.stage_recv = recv.staged;
-        // An all-gather publishes its receive buffer only when it offers to relay (pull).
+        // An all-gather's receive buffer has a length (recv_len) only when it offers to relay.
         let relay = matches!(self.coll, NodeColl::AllGather) && recv_len > 0;
         area.publish(send, recv, pre, self.bytes, relay);
         self.off = 0;
