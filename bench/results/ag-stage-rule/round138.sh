@@ -5,7 +5,7 @@
 # (dc32ad7: slots to 1 MiB, the pull at 1-2 MiB, relay at 2-8 MiB), slots to 256 KiB and relay
 # from 512 KiB (r512), slots to 512 KiB and relay from 1 MiB (r1m), ncclMemAlloc's default,
 # Open MPI. And 3 ranks (no relay by default): the default against relay wherever nobody
-# stages, for both kinds of buffers. Three alternations.
+# stages, for both kinds of buffers. Up to three alternations (stopped at 140 s).
 set -u
 T0=$(date +%s); R=$OUT/r; mkdir -p $R
 el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
@@ -24,7 +24,7 @@ R512="-x FERROCCL_NODE_STAGE_MAX=256K -x FERROCCL_NODE_RELAY_MIN=512K"
 R1M="-x FERROCCL_NODE_STAGE_MAX=512K -x FERROCCL_NODE_RELAY_MIN=1M"
 ALL="-x FERROCCL_NODE_RELAY_MIN=0"
 for i in 1 2 3; do for np in 4 8 16 3; do for m in fresh reused; do
-  before 230 || break 3
+  before 140 || break 3
   f=""; [ $m = fresh ] && f=--fresh-inputs
   line dflt-$m $np $B all_gather $f
   if [ $np = 3 ]; then
