@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Round 138 (device machine; prepared 2026-12-07, not run: the session's device time ran out). Issue 15:
+# malloc'd all-gathers at 512 KiB-1 MiB,
 # where the default's slots now trail ncclMemAlloc's relay (4 ranks 512 KiB 84 against 54 us
 # in round 137). At 4, 8 and 16 ranks, 128 KiB-4 MiB, fresh and reused inputs: the default
 # (dc32ad7: slots to 1 MiB, the pull at 1-2 MiB, relay at 2-8 MiB), slots to 256 KiB and relay
