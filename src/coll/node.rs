@@ -439,6 +439,8 @@ pub struct NodeOp {
     relay_sizes: RelaySizes,
     /// A relayed all-gather: the step this rank is on next (1 to nranks - 1).
     relay_step: Option<usize>,
+    /// This rank offered to relay (published its receive buffer for it).
+    relay_offered: bool,
 }
 
 // SAFETY: carries the user's buffer addresses, valid until the operation completes (API
@@ -468,6 +470,7 @@ impl NodeOp {
             sig,
             relay_sizes: RelaySizes::NEVER,
             relay_step: None,
+            relay_offered: false,
         }
     }
 
@@ -498,6 +501,13 @@ impl NodeOp {
         matches!(self.coll, NodeColl::AllGather)
             && nranks >= 3
             && self.relay_sizes.contains(mapped, self.bytes.saturating_mul(nranks))
+    }
+
+    /// [`NodeOp::offers_relay`] for this rank's buffers, asking where they live only for a size
+    /// one kind or the other relays (the lookup takes the allocation registry's lock).
+    fn offers_relay_here(&self, area: &NodeArea) -> bool {
+        let n = area.nranks();
+        (self.offers_relay(n, true) || self.offers_relay(n, false)) && self.offers_relay(n, self.buffers_mapped(area))
     }
 
     /// Whether peers read this rank's all-gather buffers in place: ranks in one process, or
@@ -1317,8 +1327,8 @@ impl NodeOp {
             let send_len = if root.is_none_or(|r| r == me) { block } else { 0 };
             // The receive buffer is only ever written by its owner: never staged. A relay's
             // neighbour reads it whole.
-            let offers = root.is_none() && self.offers_relay(n, self.buffers_mapped(area));
-            let recv_len = if offers { n * block } else { 0 };
+            self.relay_offered = root.is_none() && self.offers_relay_here(area);
+            let recv_len = if self.relay_offered { n * block } else { 0 };
             if !self.begin(area, send_len, recv_len, None)? {
                 return Ok(());
             }
@@ -1356,7 +1366,7 @@ impl NodeOp {
                 }
                 // Every rank offered to relay and none stages its input: all decide alike from
                 // the same descriptors.
-                let relayed = root.is_none()
+                let relayed = self.relay_offered
                     && self.off == 0
                     && (0..n).all(|r| {
                         let d = area.descriptor(r);
@@ -1569,15 +1579,12 @@ impl NodeOp {
             // Step 1 reads the neighbour's input, later ones what it received the step before.
             let (which, at) = if k == 1 { (0, 0) } else { (1, b * block) };
             // SAFETY: our receive buffer holds n blocks; block b is ours to write until the
-            // operation completes, and no peer writes it.
+            // operation completes, and no peer writes it (our right neighbour reads it only
+            // after we announce this step).
             let out = unsafe { std::slice::from_raw_parts_mut(self.recv.add(b * block), block) };
-            match area.peer_buf(left, which, at + block) {
-                // SAFETY: the neighbour's input, or block b of its output, which it wrote
-                // before announcing step k - 1 and keeps until every rank has left; another
-                // rank's memory, so no overlap with ours.
-                PeerBuf::Direct(p) => unsafe { std::ptr::copy_nonoverlapping(p.add(at), out.as_mut_ptr(), block) },
-                PeerBuf::Remote { pid, addr } => peer_mem::read_remote(pid, addr + at as u64, out)?,
-            }
+            // The neighbour's input, or block b of its output, which it wrote before announcing
+            // step k - 1 and keeps until every rank has left.
+            copy_from(area.peer_buf(left, which, at + block), at, out)?;
             self.start(area);
             area.mark(Counter::Arrived, self.seq);
             self.relay_step = Some(k + 1);
