@@ -49,7 +49,7 @@ for i in 1 2; do for np in 4 8 16 3; do for m in fresh reused; do
 done; done; done 2>&1 | tee $R/ag.txt
 el "B: all-reduce, reduce-scatter"
 for i in 1 2 3; do for np in 8 16; do for c in all_reduce reduce_scatter; do for m in fresh reused; do
-  before 450 || break 4
+  before 380 || break 4
   f=""; [ $m = fresh ] && f=--fresh-inputs
   sz="-b 128K -e 2M"; [ $c = reduce_scatter ] && sz="-b 512K -e 4M"
   line dflt-$m $np $c "$sz" $B $c $f
