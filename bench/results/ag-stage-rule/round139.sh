@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Round 139 (device machine, 16-core host; 2026-12-07). Two parts, each stopped by a clock guard.
+# Round 139 (device machine, 16-core host; 2026-12-07). Parts C, B, A in that order (device time
+# ran low: B first), each stopped by a clock guard.
 # A. Round 138's all-gather questions (round138.sh, never run): malloc'd all-gathers relayed
 #    from 512 KiB (r512) or 1 MiB (r1m) against the default's slots there; the relay at 3 ranks.
 # B. Issue 15, malloc'd all-reduce and reduce-scatter at 8 and 16 ranks where peers read inputs
@@ -27,13 +28,23 @@ line() {  # label, np, coll, sizes, program and its arguments
 }
 el "C: unit tests"
 timeout 60 .dev/unit-gather coll::node 2>&1 | tail -4 | tee $R/unit.txt
+el "B: all-reduce, reduce-scatter"
+for i in 1 2; do for np in 8 16; do for c in all_reduce reduce_scatter; do for m in fresh reused; do
+  before 250 || break 4
+  f=""; [ $m = fresh ] && f=--fresh-inputs
+  sz="-b 128K -e 2M"; [ $c = reduce_scatter ] && sz="-b 512K -e 4M"
+  line dflt-$m $np $c "$sz" $B $c $f
+  line gath-$m $np $c "$sz" $G $c $f
+  line nccl-$m $np $c "$sz" $B $c --alloc nccl $f
+  line ompi-$m $np $c "$sz" /tmp/ompi_bench -C $c $f
+done; done; done; done 2>&1 | tee $R/ar.txt
 el "A: all-gather"
 AG="-b 128K -e 4M"
 R512="-x FERROCCL_NODE_STAGE_MAX=256K -x FERROCCL_NODE_RELAY_MIN=512K"
 R1M="-x FERROCCL_NODE_STAGE_MAX=512K -x FERROCCL_NODE_RELAY_MIN=1M"
 ALL="-x FERROCCL_NODE_RELAY_MIN=0"
 for i in 1 2; do for np in 4 8 16 3; do for m in fresh reused; do
-  before 150 || break 3
+  before 380 || break 3
   f=""; [ $m = fresh ] && f=--fresh-inputs
   line dflt-$m $np all_gather "$AG" $B all_gather $f
   if [ $np = 3 ]; then
@@ -47,15 +58,5 @@ for i in 1 2; do for np in 4 8 16 3; do for m in fresh reused; do
   fi
   line ompi-$m $np all_gather "$AG" /tmp/ompi_bench -C all_gather $f
 done; done; done 2>&1 | tee $R/ag.txt
-el "B: all-reduce, reduce-scatter"
-for i in 1 2 3; do for np in 8 16; do for c in all_reduce reduce_scatter; do for m in fresh reused; do
-  before 380 || break 4
-  f=""; [ $m = fresh ] && f=--fresh-inputs
-  sz="-b 128K -e 2M"; [ $c = reduce_scatter ] && sz="-b 512K -e 4M"
-  line dflt-$m $np $c "$sz" $B $c $f
-  line gath-$m $np $c "$sz" $G $c $f
-  line nccl-$m $np $c "$sz" $B $c --alloc nccl $f
-  line ompi-$m $np $c "$sz" /tmp/ompi_bench -C $c $f
-done; done; done; done 2>&1 | tee $R/ar.txt
 el end
 cd $OUT && tar czf r.tgz r && rm -rf r
