@@ -12,6 +12,12 @@
 #    ncclMemAlloc vs Open MPI, fresh and reused inputs, alternated.
 # C. The candidate's node unit tests on 16 cores (3-5 rank threads gather there; the 2-core
 #    machine never does).
+# Not run on 2026-12-07 (no device machine started all session). To run it: check out branch
+# gather-candidate, `cargo build --release -p ferroccl-bench`, copy the binary (stripped) to
+# .dev/bin/ferroccl-bench-gather and `cargo test --release --features openssl3,mpi,ib --no-run`'s
+# lib test binary to .dev/unit-gather; back on main, build .dev/bin/ferroccl-bench and write
+# .dev/build.commit; carry [".dev/bin", ".dev/unit-gather", ".dev/build.commit"] (the whole
+# tree with .dev passes the 64 MiB cap).
 set -u
 T0=$(date +%s); R=$OUT/r; mkdir -p $R
 el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
