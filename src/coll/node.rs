@@ -1925,8 +1925,9 @@ fn write_remote(pid: u32, addr: u64, data: &[u8]) -> Result<()> {
 mod tests {
     use super::*;
 
-    /// Runs `body(rank, area)` on a thread per area and waits for them all (a panic on any
-    /// thread fails the test).
+    /// Runs `body(rank, area)` on a thread per area and waits for them all. A panic on any
+    /// thread ends the test process: the other ranks would wait on the node area for ever (a
+    /// peer thread that stops is no exited process), hanging the suite instead of failing it.
     fn on_rank_threads(areas: Vec<NodeArea>, body: impl Fn(usize, NodeArea) + Send + Sync + 'static) {
         let body = std::sync::Arc::new(body);
         let threads: Vec<_> = areas
@@ -1934,7 +1935,20 @@ mod tests {
             .enumerate()
             .map(|(me, area)| {
                 let body = body.clone();
-                std::thread::spawn(move || body(me, area))
+                std::thread::spawn(move || {
+                    let run = std::panic::AssertUnwindSafe(|| body(me, area));
+                    if let Err(panic) = std::panic::catch_unwind(run) {
+                        let why = panic
+                            .downcast_ref::<String>()
+                            .map(String::as_str)
+                            .or_else(|| panic.downcast_ref::<&str>().copied())
+                            .unwrap_or("(no message)");
+                        // Straight to stderr: the test harness drops what it captured on abort.
+                        let line = format!("rank {me} panicked: {why}; its peers would wait for ever: aborting\n");
+                        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+                        std::process::abort();
+                    }
+                })
             })
             .collect();
         for t in threads {
