@@ -7,11 +7,11 @@
 #    by kernel copies (all-reduce above 128 KiB, reduce-scatter above 512 KiB): every reducer
 #    read the inputs in rank order, so all ranks queued on rank 0's process first (each
 #    process_vm_readv takes the owner's memory-map lock). The candidate (.dev/bin/
-#    ferroccl-bench-gather, built from the working tree on 5c721a9) reads them into scratch
-#    starting with rank me + 1, then folds in rank order (same bits). dflt (5c721a9) vs gath vs
+#    ferroccl-bench-gather, built from branch gather-candidate) reads them into scratch
+#    starting with rank me + 1, then folds in rank order (same bits). dflt (main) vs gath vs
 #    ncclMemAlloc vs Open MPI, fresh and reused inputs, alternated.
-# C. The candidate's node unit tests on 16 cores (3-5 rank threads gather there; the 2-core
-#    machine never does).
+# C. The candidate's node unit tests on 16 cores (they gather at any core count; there the rank
+#    threads run side by side).
 # Not run on 2026-12-07 (no device machine started all session). To run it: check out branch
 # gather-candidate, `cargo build --release -p ferroccl-bench`, copy the binary (stripped) to
 # .dev/bin/ferroccl-bench-gather and `cargo test --release --features openssl3,mpi,ib --no-run`'s
