@@ -873,9 +873,7 @@ impl NodeOp {
         }
         self.stage_send = send.staged;
         self.stage_recv = recv.staged;
-        // An all-gather's receive buffer has a length (recv_len) only when it offers to relay.
-        let relay = matches!(self.coll, NodeColl::AllGather) && recv_len > 0;
-        area.publish(send, recv, pre, self.bytes, relay);
+        area.publish(send, recv, pre, self.bytes, self.relay_offered);
         self.off = 0;
         // Our own first piece; fixed for all ranks once every rank has published.
         self.piece = if send.staged || recv.staged { self.staged_piece(area) } else { self.bytes };
@@ -1327,7 +1325,7 @@ impl NodeOp {
             let send_len = if root.is_none_or(|r| r == me) { block } else { 0 };
             // The receive buffer is only ever written by its owner: never staged. A relay's
             // neighbour reads it whole.
-            self.relay_offered = root.is_none() && self.offers_relay_here(area);
+            self.relay_offered = root.is_none() && block > 0 && self.offers_relay_here(area);
             let recv_len = if self.relay_offered { n * block } else { 0 };
             if !self.begin(area, send_len, recv_len, None)? {
                 return Ok(());
