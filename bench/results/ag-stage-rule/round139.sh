@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Round 139 (device machine, 16-core host; 2026-12-07). Parts C, B, A in that order (device time
 # ran low: B first), each stopped by a clock guard.
-# A. Round 138's all-gather questions (round138.sh, never run): malloc'd all-gathers relayed
+# A. The all-gather questions prepared for round 138, which never ran: malloc'd all-gathers relayed
 #    from 512 KiB (r512) or 1 MiB (r1m) against the default's slots there; the relay at 3 ranks.
 # B. Issue 15, malloc'd all-reduce and reduce-scatter at 8 and 16 ranks where peers read inputs
 #    by kernel copies (all-reduce above 128 KiB, reduce-scatter above 512 KiB): every reducer
