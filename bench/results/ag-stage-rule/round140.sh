@@ -9,7 +9,10 @@
 #    all-reduce. dflt (main) vs gath vs Open MPI, fresh and reused.
 # A. Malloc'd all-gathers by relay at 3 ranks (FERROCCL_NODE_RELAY_MIN=0, i.e. every size; 3
 #    ranks never relay by default): 0.73-0.9x the default's time at 255 KiB-3 MiB in r139.
-#    Sizes to 8 MiB here (whole output), and ncclMemAlloc buffers both ways.
+#    Sizes to 8 MiB here (whole output), and ncclMemAlloc buffers both ways. Up to 1 MiB the
+#    default stages 3-rank all-gathers through slots, and a staged input never relays, so
+#    `relay` differs from `dflt` only above 1 MiB (yet ran faster at 255 KiB-1 MiB in r139);
+#    `srelay` also stages only up to 128 KiB, so it relays from 256 KiB.
 # A2. Relaying malloc'd all-gathers from 1 MiB at 4, 8 and 16 ranks (default: slots up to
 #    1 MiB, relay from 2 MiB): r139 said yes at 4-8 ranks 1 MiB, but the same setting differed
 #    by 1.4x between its two launches.
@@ -39,12 +42,13 @@ for i in 1 2 3 4; do for np in 8 16; do for c in all_reduce reduce_scatter; do f
   [ $i -le 2 ] && line ompi-$m $np $c "$sz" /tmp/ompi_bench -C $c $f
 done; done; done; done 2>&1 | tee $R/ar.txt
 el "A: all-gather at 3 ranks"
-ALL="-x FERROCCL_NODE_RELAY_MIN=0"
+ALL="-x FERROCCL_NODE_RELAY_MIN=0" SREL="-x FERROCCL_NODE_STAGE_MAX=128K -x FERROCCL_NODE_RELAY_MIN=256K"
 for i in 1 2 3 4; do for m in fresh reused; do
   before 290 || break 2
   f=""; [ $m = fresh ] && f=--fresh-inputs
   line dflt-$m 3 all_gather "-b 128K -e 8M" $B all_gather $f
   line relay-$m 3 all_gather "-b 128K -e 8M" $ALL $B all_gather $f
+  line srelay-$m 3 all_gather "-b 128K -e 8M" $SREL $B all_gather $f
   line nccl-$m 3 all_gather "-b 128K -e 8M" $B all_gather --alloc nccl $f
   line ncrelay-$m 3 all_gather "-b 128K -e 8M" $ALL $B all_gather --alloc nccl $f
   [ $i -le 2 ] && line ompi-$m 3 all_gather "-b 128K -e 8M" /tmp/ompi_bench -C all_gather $f
