@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Round 140 (device machine, 16-core host; 2026-12-07). Round 139 (r139/) left three questions
 # open with two alternations and launch-to-launch spreads up to 1.4x; this round repeats just
-# those cells, four alternations each, each stopped by a clock guard.
+# those cells, up to four alternations each, parts A, A2 then B (device time ran low), each
+# stopped by a clock guard.
 # B. The gather candidate (.dev/bin/ferroccl-bench-gather, branch gather-candidate 0f6c08a:
 #    kernel-copy inputs read from rank me + 1 on into scratch, then folded in rank order) won
 #    10-27% with fresh inputs at 8 ranks 128 KiB-1 MiB all-reduce and 16 ranks 256-512 KiB
@@ -32,19 +33,10 @@ line() {  # label, np, coll, sizes, program and its arguments
   timeout 40 mpirun -np $np --bind-to none "$@" $sz -f 2 -n 40 -w 5 2>&1 | awk '/^ +[0-9]+ /{printf "%s:%s ", $1, $6} /[Ee]rror|failed|panick/{print}'
   echo
 }
-el "B: all-reduce, reduce-scatter"
-for i in 1 2 3 4; do for np in 8 16; do for c in all_reduce reduce_scatter; do for m in fresh reused; do
-  before 200 || break 4
-  f=""; [ $m = fresh ] && f=--fresh-inputs
-  sz="-b 128K -e 1M"; [ $c = reduce_scatter ] && sz="-b 512K -e 4M"
-  if [ $((i % 2)) = 1 ]; then line dflt-$m $np $c "$sz" $B $c $f; line gath-$m $np $c "$sz" $G $c $f
-  else line gath-$m $np $c "$sz" $G $c $f; line dflt-$m $np $c "$sz" $B $c $f; fi
-  [ $i -le 2 ] && line ompi-$m $np $c "$sz" /tmp/ompi_bench -C $c $f
-done; done; done; done 2>&1 | tee $R/ar.txt
 el "A: all-gather at 3 ranks"
 ALL="-x FERROCCL_NODE_RELAY_MIN=0" SREL="-x FERROCCL_NODE_STAGE_MAX=128K -x FERROCCL_NODE_RELAY_MIN=256K"
 for i in 1 2 3 4; do for m in fresh reused; do
-  before 290 || break 2
+  before 110 || break 2
   f=""; [ $m = fresh ] && f=--fresh-inputs
   line dflt-$m 3 all_gather "-b 128K -e 8M" $B all_gather $f
   line relay-$m 3 all_gather "-b 128K -e 8M" $ALL $B all_gather $f
@@ -56,11 +48,20 @@ done; done 2>&1 | tee $R/ag3.txt
 el "A2: all-gather relayed from 1 MiB"
 R1M="-x FERROCCL_NODE_STAGE_MAX=512K -x FERROCCL_NODE_RELAY_MIN=1M"
 for i in 1 2 3 4; do for np in 4 8 16; do for m in fresh reused; do
-  before 400 || break 3
+  before 230 || break 3
   f=""; [ $m = fresh ] && f=--fresh-inputs
   if [ $((i % 2)) = 1 ]; then line dflt-$m $np all_gather "-b 512K -e 2M" $B all_gather $f; line r1m-$m $np all_gather "-b 512K -e 2M" $R1M $B all_gather $f
   else line r1m-$m $np all_gather "-b 512K -e 2M" $R1M $B all_gather $f; line dflt-$m $np all_gather "-b 512K -e 2M" $B all_gather $f; fi
   [ $i -le 2 ] && line ompi-$m $np all_gather "-b 512K -e 2M" /tmp/ompi_bench -C all_gather $f
 done; done; done 2>&1 | tee $R/ag.txt
+el "B: all-reduce, reduce-scatter"
+for i in 1 2 3 4; do for np in 8 16; do for c in all_reduce reduce_scatter; do for m in fresh reused; do
+  before 330 || break 4
+  f=""; [ $m = fresh ] && f=--fresh-inputs
+  sz="-b 128K -e 1M"; [ $c = reduce_scatter ] && sz="-b 512K -e 4M"
+  if [ $((i % 2)) = 1 ]; then line dflt-$m $np $c "$sz" $B $c $f; line gath-$m $np $c "$sz" $G $c $f
+  else line gath-$m $np $c "$sz" $G $c $f; line dflt-$m $np $c "$sz" $B $c $f; fi
+  [ $i -le 2 ] && line ompi-$m $np $c "$sz" /tmp/ompi_bench -C $c $f
+done; done; done; done 2>&1 | tee $R/ar.txt
 el end
 cd $OUT && tar czf r.tgz r && rm -rf r
