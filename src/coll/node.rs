@@ -223,14 +223,27 @@ impl RelaySizes {
 ///   at 8 MiB and 16 ranks only level with it (2638 against 2678): mapped buffers stop at 4 MiB.
 ///   Ranks in one process read each other's buffers with the same plain loads: the same rule.
 ///
-/// Not measured at 3 ranks, beyond 16 (a step per rank: smaller steps, a longer chain), or
-/// with ranks sharing cores (the chain waits for every descheduled rank): none relays there.
+/// - 3 ranks (rounds 139-140, the relay against the default, median us): malloc'd fresh 2
+///   MiB 212 / 340 (r140) and 203 / 269 (r139), 4 MiB 371 / 459, 8 MiB 735 / 787; reused
+///   1.01-1.18x the default's time, 3-4x Open MPI's speed; relayed from 256 KiB instead of
+///   slots it lost fresh (255 KiB 46.8 / 21.4, 1 MiB 107 / 97). ncclMemAlloc fresh 256 KiB-4
+///   MiB 0.54-0.91x the pull's time (255 KiB 24.2 / 39.2), 8 MiB level (745 / 725). The same
+///   ranges, but a whole message of three blocks falls just short of a power of two (nccl-tests'
+///   2 MiB is 2097120 bytes), so the lower bounds sit halfway to the size below: 192 KiB and
+///   1.5 MiB.
+///
+/// Not measured beyond 16 (a step per rank: smaller steps, a longer chain), or with ranks
+/// sharing cores (the chain waits for every descheduled rank): none relays there.
 pub fn default_relay_sizes(nranks: usize, oversubscribed: bool) -> RelaySizes {
-    if oversubscribed || !(4..=16).contains(&nranks) {
+    if oversubscribed || !(3..=16).contains(&nranks) {
         return RelaySizes::NEVER;
     }
-    let mapped_min = if nranks <= 8 { 256 << 10 } else { 512 << 10 };
-    RelaySizes { mapped: (mapped_min, 4 << 20), unmapped: (2 << 20, 8 << 20) }
+    let (mapped_min, unmapped_min) = match nranks {
+        3 => (192 << 10, 3 << 19),
+        4..=8 => (256 << 10, 2 << 20),
+        _ => (512 << 10, 2 << 20),
+    };
+    RelaySizes { mapped: (mapped_min, 4 << 20), unmapped: (unmapped_min, 8 << 20) }
 }
 /// Bytes reduced at a time: the partial result and one input stay in cache.
 const PIECE: usize = 64 << 10;
@@ -1121,12 +1134,14 @@ impl NodeOp {
         let kernel_copies = remote || remote_output.is_some();
         let piece = if kernel_copies { REMOTE_PIECE } else { PIECE };
         let words = scratch_words(piece.min(hi - lo), kernel_copies);
-        scratch.resize(words * (1 + usize::from(remote)), 0);
-        // The accumulator is read into from input 0 when that is remote (start_fold), else
-        // written out to the first remote output.
+        let remote_inputs = inputs.iter().filter(|i| matches!(i, PeerBuf::Remote { .. })).count();
+        let gather = remote && gathers_remote_inputs(n, piece.min(hi - lo));
+        scratch.resize(words * (1 + if gather { remote_inputs } else { usize::from(remote) }), 0);
+        // The accumulator is read into from input 0 when that is remote (start_fold; not
+        // when the inputs are gathered first), else written out to the first remote output.
         let acc_partner = match inputs[0] {
-            PeerBuf::Remote { addr, .. } => Some(addr),
-            PeerBuf::Direct(_) => remote_output,
+            PeerBuf::Remote { addr, .. } if !gather => Some(addr),
+            _ => remote_output,
         };
         let (acc_words, in_words) = scratch.split_at_mut(words);
         let acc_all = as_bytes_mut(acc_words);
@@ -1154,10 +1169,18 @@ impl NodeOp {
             // 36.7 / 28.6, 128 KiB 65.4 / 53.4; 16 ranks even (bench/results/cache-sets-16core/r93).
             // SAFETY: as for fold_inputs below.
             unsafe { warm_inputs(&inputs, me, off, len) };
-            // SAFETY: rank r's send buffer (or ours, or rank r's slot) holds this round's input
-            // from the round's start on (off + len <= round_len), and nobody writes this slice
-            // of it before this rank does below.
-            unsafe { fold_inputs(&inputs, &reductions, off, acc, staged_all)? };
+            if gather {
+                // `words` words per remote input: a piece and its page slack.
+                let gathered = gather_remote_inputs(&inputs, me, off, len, staged_all, words * 8)?;
+                // SAFETY: as below for the inputs in reach; the gathered ones lie in
+                // staged_all, which nothing touches until the fold is done.
+                unsafe { fold_inputs(&gathered, &reductions, 0, acc, &mut [])? };
+            } else {
+                // SAFETY: rank r's send buffer (or ours, or rank r's slot) holds this round's
+                // input from the round's start on (off + len <= round_len), and nobody writes
+                // this slice of it before this rank does below.
+                unsafe { fold_inputs(&inputs, &reductions, off, acc, staged_all)? };
+            }
             red.finalize(acc)?;
             // Write the result into every rank's output, starting with the next rank so
             // that not every rank writes to rank 0 first.
@@ -1641,6 +1664,72 @@ unsafe fn warm_inputs(inputs: &[PeerBuf], me: usize, off: usize, len: usize) {
     std::hint::black_box(sum);
 }
 
+/// Whether a fold of `len` bytes per input at `n` ranks first gathers the inputs that kernel
+/// copies bring ([`gather_remote_inputs`]): where [`warm_inputs`] warms the mapped ones.
+/// Unit tests gather whatever the cores, so that the 2-core CI machine runs this path too.
+/// Only the direct all-reduce gathers. Measured on the 16-core H100 host, malloc'd buffers,
+/// rounds 139-140 pooled (six launches, bench/results/ag-relay-2026-12-07.md), median us,
+/// gathered against read in fold order: all-reduce 8 ranks 256 KiB 114 / 131 fresh, 78 / 88
+/// reused, 1 MiB 432 / 492 and 349 / 349; 16 ranks 512 KiB 303 / 351 and 217 / 245, 1 MiB 604 /
+/// 654 and 436 / 484: no cell slower. The reduce-scatter was mixed (16 ranks reused 1-4 MiB
+/// 1.16-1.31x slower, 8 ranks fresh 512 KiB 1.11x slower, 1-2 MiB 0.88-0.91x): it reads in fold order.
+fn gathers_remote_inputs(n: usize, len: usize) -> bool {
+    n >= WARM_MIN_RANKS && (n - 1) * len <= WARM_MAX_BYTES && (cfg!(test) || n <= crate::topo::usable_cores())
+}
+
+/// When rank `me` of `n` reads rank `r`'s input: rank me + 1 first, then me + 2, and so on,
+/// so that at each turn every rank reads from a different owner.
+fn read_turn(r: usize, me: usize, n: usize) -> usize {
+    (r + n - me - 1) % n
+}
+
+/// The kernel-copy counterpart of [`warm_inputs`]: reads the `len` bytes at `off` of every
+/// input in another process into a part of `room` of its own (`stride` bytes each, at least
+/// `len + PAGE_MATCH_SLACK`, the read placed at its source's page offset) in [`read_turn`]
+/// order, where the fold reads them in rank order: every rank then read from rank 0's process
+/// first, and each `process_vm_readv` takes the owner's memory-map lock and pins its pages.
+/// Returns the inputs to fold at offset 0, in rank order: the gathered ones as pointers into
+/// `room` (valid while `room` is neither dropped nor written), the others moved by `off`.
+/// The fold still runs in rank order, so the result's bits do not change.
+fn gather_remote_inputs(
+    inputs: &[PeerBuf],
+    me: usize,
+    off: usize,
+    len: usize,
+    room: &mut [u8],
+    stride: usize,
+) -> Result<Vec<PeerBuf>> {
+    let n = inputs.len();
+    let remote: Vec<(usize, u32, u64)> = inputs
+        .iter()
+        .enumerate()
+        .filter_map(|(r, input)| match *input {
+            PeerBuf::Remote { pid, addr } => Some((r, pid, addr + off as u64)),
+            PeerBuf::Direct(_) => None,
+        })
+        .collect();
+    let mut parts: Vec<(usize, u32, u64, &mut [u8])> =
+        remote.iter().zip(room.chunks_mut(stride)).map(|(&(r, pid, addr), part)| (r, pid, addr, part)).collect();
+    assert_eq!(parts.len(), remote.len(), "room holds a part per remote input");
+    parts.sort_unstable_by_key(|&(r, ..)| read_turn(r, me, n));
+    for (_, pid, addr, part) in parts.iter_mut() {
+        peer_mem::read_remote(*pid, *addr, peer_mem::page_matched(part, *addr, len))?;
+    }
+    // Pointers only now, after the last write through the parts.
+    parts.sort_unstable_by_key(|&(r, ..)| r);
+    let mut parts = parts.into_iter();
+    Ok(inputs
+        .iter()
+        .map(|input| match *input {
+            PeerBuf::Direct(p) => PeerBuf::Direct(p.wrapping_add(off)),
+            PeerBuf::Remote { .. } => {
+                let (_, _, addr, part) = parts.next().expect("a part per remote input");
+                PeerBuf::Direct(peer_mem::page_matched(part, addr, len).as_mut_ptr())
+            }
+        })
+        .collect())
+}
+
 /// Starts a fold without first copying input 0 into `acc` when it has no scalar: input 0
 /// and 1 combine in one pass (`acc = in0 (op) pre1(in1)`, the same operands in the same order
 /// as folding them one by one) when input 0 is in reach, the second through `staging` if a
@@ -1952,6 +2041,79 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
+    }
+
+    #[test]
+    fn gathered_kernel_copy_inputs_fold_to_the_same_bits() {
+        use crate::types::{BuiltinOp, DataType};
+        let (n, off, floats) = (5, 3 * 4, 3000);
+        // Values of many magnitudes, so that a different fold order would change the bits.
+        let buffers: Vec<Vec<f32>> = (0..n)
+            .map(|r| {
+                (0..floats + 3)
+                    .map(|i| ((i * 7919 + r * 104729) % 2003) as f32 * 10f32.powi((i % 9) as i32 - 4))
+                    .collect()
+            })
+            .collect();
+        let pid = std::process::id();
+        let direct: Vec<PeerBuf> = buffers.iter().map(|b| PeerBuf::Direct(b.as_ptr() as *mut u8)).collect();
+        // Per-rank scalars, as ncclRedOpCreatePreMulSum with a scalar in host memory gives.
+        let pre_mul: Vec<Reduction> = (0..n)
+            .map(|r| Reduction::pre_mul_sum(DataType::Float32, &(0.3f32 + r as f32).to_ne_bytes()).unwrap())
+            .collect();
+        let ops = [
+            vec![Reduction::builtin(DataType::Float32, BuiltinOp::Sum, n); n],
+            vec![Reduction::builtin(DataType::Float32, BuiltinOp::Avg, n); n],
+            pre_mul,
+        ];
+        // (me, ranks reached only by kernel copies (of this very process)): input 0 remote or
+        // not, me first, in the middle and last, every peer remote.
+        let cases: [(usize, &[usize]); 4] = [(2, &[1, 3]), (4, &[0, 3]), (0, &[1, 2, 3, 4]), (3, &[0, 1, 2, 4])];
+        for (me, remote) in cases {
+            let inputs: Vec<PeerBuf> = buffers
+                .iter()
+                .enumerate()
+                .map(|(r, b)| {
+                    if remote.contains(&r) {
+                        PeerBuf::Remote { pid, addr: b.as_ptr() as u64 }
+                    } else {
+                        PeerBuf::Direct(b.as_ptr() as *mut u8)
+                    }
+                })
+                .collect();
+            for len in [0, 4, 4 * 1023, 4 * floats] {
+                for reductions in &ops {
+                    let mut expected = vec![0u8; len];
+                    let mut want_staging = vec![0u8; len + peer_mem::PAGE_MATCH_SLACK];
+                    // SAFETY: every buffer holds off + len bytes and nothing writes them meanwhile.
+                    unsafe { fold_inputs(&direct, reductions, off, &mut expected, &mut want_staging).unwrap() };
+                    let stride = (len + peer_mem::PAGE_MATCH_SLACK).next_multiple_of(8);
+                    let mut room = vec![0u8; remote.len() * stride];
+                    let gathered = gather_remote_inputs(&inputs, me, off, len, &mut room, stride).unwrap();
+                    assert!(gathered.iter().all(|g| matches!(g, PeerBuf::Direct(_))));
+                    let mut got = vec![0u8; len];
+                    // SAFETY: the gathered inputs lie in `room`, untouched since, the others
+                    // in the buffers as above.
+                    unsafe { fold_inputs(&gathered, reductions, 0, &mut got, &mut []).unwrap() };
+                    assert_eq!(got, expected, "me {me}, remote {remote:?}, {len} bytes, {:?}", reductions[1]);
+                }
+            }
+        }
+        // Rank 2 of 5 reads rank 3 first and rank 1 last: at every turn the ranks read from
+        // different owners.
+        let order = |me: usize| {
+            let mut ranks: Vec<usize> = (0..n).filter(|&r| r != me).collect();
+            ranks.sort_by_key(|&r| read_turn(r, me, n));
+            ranks
+        };
+        assert_eq!(order(2), [3, 4, 0, 1]);
+        for turn in 0..n - 1 {
+            let owners: std::collections::BTreeSet<usize> = (0..n).map(|me| order(me)[turn]).collect();
+            assert_eq!(owners.len(), n, "turn {turn}");
+        }
+        assert!(gathers_remote_inputs(3, 256 << 10));
+        assert!(!gathers_remote_inputs(2, 1024), "two ranks fold as they read");
+        assert!(!gathers_remote_inputs(16, 128 << 10), "more than a core's L2 cache");
     }
 
     #[test]
@@ -3155,7 +3317,11 @@ mod tests {
         assert!(r.contains(false, 2 << 20) && !r.contains(false, 1 << 20));
         let r16 = default_relay_sizes(16, false);
         assert!(!r16.contains(true, 256 << 10) && r16.contains(true, 512 << 10));
-        for (n, oversubscribed) in [(3, false), (2, false), (8, true), (17, false)] {
+        // Three ranks: the same sizes as nccl-tests makes them (a multiple of 3 x 16 bytes).
+        let r3 = default_relay_sizes(3, false);
+        assert!(r3.contains(true, 262128) && r3.contains(true, 4194288) && !r3.contains(true, 131040));
+        assert!(r3.contains(false, 2097120) && r3.contains(false, 8388600) && !r3.contains(false, 1048560));
+        for (n, oversubscribed) in [(2, false), (3, true), (8, true), (17, false)] {
             assert_eq!(default_relay_sizes(n, oversubscribed), RelaySizes::NEVER);
         }
         // A 1 MiB all-gather at 8 ranks: offered with mapped buffers only; never at two ranks.
