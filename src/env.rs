@@ -235,7 +235,8 @@ pub static PARAMS: &[Param] = &[
          block from its owner's input at once; unset: 3-16 ranks with a core each, 2-8 MiB in \
          buffers peers reach by kernel copies, 256 KiB-4 MiB (512 KiB-4 MiB from 9 ranks) in \
          buffers they read in place (ncclMemAlloc, ranks in one process); at 3 ranks from 1.5 \
-         MiB and 192 KiB (three blocks fall short of a power of two). An all-gather relays \
+         MiB (kernel copies) and 192 KiB (read in place), as three blocks fall short of a power \
+         of two. An all-gather relays \
          only if every rank's setting includes its size and no rank passes its input through \
          its slot (FERROCCL_NODE_STAGE_MAX)",
     ),

@@ -1666,16 +1666,26 @@ unsafe fn warm_inputs(inputs: &[PeerBuf], me: usize, off: usize, len: usize) {
 
 /// Whether a fold of `len` bytes per input at `n` ranks first gathers the inputs that kernel
 /// copies bring ([`gather_remote_inputs`]): where [`warm_inputs`] warms the mapped ones.
-/// Unit tests gather whatever the cores, so that the 2-core CI machine runs this path too.
-/// Only the direct all-reduce gathers. Measured on the 16-core H100 host, malloc'd buffers,
+/// Unit tests gather from 3 ranks whatever the cores, so that the 2-core CI machine runs this
+/// path too. Only the direct all-reduce gathers, from [`GATHER_MIN_RANKS`]. Measured on the
+/// 16-core H100 host, malloc'd buffers,
 /// rounds 139-140 pooled (six launches, bench/results/ag-relay-2026-12-07.md), median us,
 /// gathered against read in fold order: all-reduce 8 ranks 256 KiB 114 / 131 fresh, 78 / 88
 /// reused, 1 MiB 432 / 492 and 349 / 349; 16 ranks 512 KiB 303 / 351 and 217 / 245, 1 MiB 604 /
-/// 654 and 436 / 484: no cell slower. The reduce-scatter was mixed (16 ranks reused 1-4 MiB
-/// 1.16-1.31x slower, 8 ranks fresh 512 KiB 1.11x slower, 1-2 MiB 0.88-0.91x): it reads in fold order.
+/// 654 and 436 / 484: none slower beyond noise. The reduce-scatter was mixed (16 ranks reused
+/// 1-4 MiB 1.16-1.31x slower, pooled; 8 ranks fresh 512 KiB 1.11x slower, 1-2 MiB
+/// 0.88-0.91x): it reads in fold order.
 fn gathers_remote_inputs(n: usize, len: usize) -> bool {
-    n >= WARM_MIN_RANKS && (n - 1) * len <= WARM_MAX_BYTES && (cfg!(test) || n <= crate::topo::usable_cores())
+    let min_ranks = if cfg!(test) { WARM_MIN_RANKS } else { GATHER_MIN_RANKS };
+    n >= min_ranks && (n - 1) * len <= WARM_MAX_BYTES && (cfg!(test) || n <= crate::topo::usable_cores())
 }
+
+/// Fewest ranks whose all-reduce gathers ([`gathers_remote_inputs`]). Below, pieces of up to
+/// [`REMOTE_PIECE`] pass the cache bound at every size, and round 142 (3-6 ranks, 256 KiB-16
+/// MiB, two alternations) was mixed: fresh inputs 0.67-0.99x the time at 3 and 5 ranks but
+/// 1.01-1.39x at 4 ranks 256 KiB-4 MiB; reused inputs 1.08-1.51x slower in 10 of 12 cells
+/// from 2 MiB at 3-5 ranks (4 ranks 8 MiB 5651 against 3778 us, below Open MPI's 4640).
+const GATHER_MIN_RANKS: usize = 8;
 
 /// When rank `me` of `n` reads rank `r`'s input: rank me + 1 first, then me + 2, and so on,
 /// so that at each turn every rank reads from a different owner.
