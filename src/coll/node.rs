@@ -1627,6 +1627,12 @@ const WARM_MIN_RANKS: usize = 3;
 /// Most bytes [`warm_inputs`] loads ahead of a fold: what stays in a core's L2 cache.
 const WARM_MAX_BYTES: usize = 1 << 20;
 
+/// Whether the other inputs of a fold of `len` bytes per input at `n` ranks fit the cache
+/// bound that [`warm_inputs`] and [`gathers_remote_inputs`] share.
+fn fold_inputs_fit_cache(n: usize, len: usize) -> bool {
+    n >= WARM_MIN_RANKS && (n - 1) * len <= WARM_MAX_BYTES
+}
+
 /// Before a fold at three or more ranks with a core each, of at most [`WARM_MAX_BYTES`]:
 /// loads one byte of every line of the other ranks' in-reach inputs (`len` bytes at `off`),
 /// starting with rank `me + 1`'s, so that the lines come into this core's cache many at a
@@ -1644,7 +1650,7 @@ const WARM_MAX_BYTES: usize = 1 << 20;
 /// Every `PeerBuf::Direct` input must be readable for `off + len` bytes.
 unsafe fn warm_inputs(inputs: &[PeerBuf], me: usize, off: usize, len: usize) {
     let n = inputs.len();
-    if n < WARM_MIN_RANKS || (n - 1) * len > WARM_MAX_BYTES || n > crate::topo::usable_cores() {
+    if !fold_inputs_fit_cache(n, len) || n > crate::topo::usable_cores() {
         return;
     }
     if len == 0 {
@@ -1677,7 +1683,7 @@ unsafe fn warm_inputs(inputs: &[PeerBuf], me: usize, off: usize, len: usize) {
 /// 0.88-0.91x): it reads in fold order.
 fn gathers_remote_inputs(n: usize, len: usize) -> bool {
     let min_ranks = if cfg!(test) { WARM_MIN_RANKS } else { GATHER_MIN_RANKS };
-    n >= min_ranks && (n - 1) * len <= WARM_MAX_BYTES && (cfg!(test) || n <= crate::topo::usable_cores())
+    n >= min_ranks && fold_inputs_fit_cache(n, len) && (cfg!(test) || n <= crate::topo::usable_cores())
 }
 
 /// Fewest ranks whose all-reduce gathers ([`gathers_remote_inputs`]). Below, pieces of up to
@@ -1710,17 +1716,18 @@ fn gather_remote_inputs(
     stride: usize,
 ) -> Result<Vec<PeerBuf>> {
     let n = inputs.len();
-    let remote: Vec<(usize, u32, u64)> = inputs
+    let remote = inputs.iter().filter(|input| matches!(input, PeerBuf::Remote { .. })).count();
+    let mut parts: Vec<(usize, u32, u64, &mut [u8])> = inputs
         .iter()
         .enumerate()
         .filter_map(|(r, input)| match *input {
             PeerBuf::Remote { pid, addr } => Some((r, pid, addr + off as u64)),
             PeerBuf::Direct(_) => None,
         })
+        .zip(room.chunks_mut(stride))
+        .map(|((r, pid, addr), part)| (r, pid, addr, part))
         .collect();
-    let mut parts: Vec<(usize, u32, u64, &mut [u8])> =
-        remote.iter().zip(room.chunks_mut(stride)).map(|(&(r, pid, addr), part)| (r, pid, addr, part)).collect();
-    assert_eq!(parts.len(), remote.len(), "room holds a part per remote input");
+    assert_eq!(parts.len(), remote, "room holds a part per remote input");
     parts.sort_unstable_by_key(|&(r, ..)| read_turn(r, me, n));
     for (_, pid, addr, part) in parts.iter_mut() {
         peer_mem::read_remote(*pid, *addr, peer_mem::page_matched(part, *addr, len))?;
