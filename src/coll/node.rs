@@ -255,12 +255,34 @@ const PIECE: usize = 64 << 10;
 /// array (4 KiB pages) 247-1738 against 465-577 (Open MPI 1273-1343). At 16 ranks the
 /// receivers' staggered reads ([`STAGGER_MIN_RANKS`]) keep kernel copies at least as fast as
 /// slots either way (8 MiB array 1628-2348 against 2409-2785): no such range there.
+///
+/// Ranks sharing cores ([`OVERSUBSCRIBED_OFF_HUGE_MAX`]) stage every collective's buffers off
+/// huge pages up to 2 MiB. With a core each at 2, 8 and 16 ranks the 16-core host measured no
+/// such gain (bench/results/app-arrays-2026-12-07.md, rounds 143-144: 2-rank all-reduce 1-2
+/// MiB 108-185 / 267-353 us by kernel copies against 154-236 / 325-387 through slots), while
+/// the AMD 2-core VM, 2 ranks, favoured slots (1 MiB 231-239 against 149-167): no rule by
+/// rank count fits both, so those keep the rule above.
 pub fn default_stage_off_huge_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -> usize {
     match (coll, nranks) {
-        (NodeColl::Broadcast { .. }, 3..=8) if !oversubscribed => 4 << 20,
+        _ if oversubscribed => default_stage_max(coll, nranks, true).max(OVERSUBSCRIBED_OFF_HUGE_MAX),
+        (NodeColl::Broadcast { .. }, 3..=8) => 4 << 20,
         _ => default_stage_max(coll, nranks, oversubscribed),
     }
 }
+/// [`default_stage_off_huge_max`] when ranks outnumber cores, for every collective. In an
+/// application-sized array (a glibc mmapped chunk of exactly the message, on 4 KiB pages, which
+/// never gets huge pages: no whole 2 MiB region of its own) a kernel copy pins and looks up
+/// every 4 KiB page, CPU time the ranks sharing cores pay in turn, while slots cost two copies
+/// in cache. Measured on the AMD 2-core VM, 4 ranks, each size in its own malloc'd array, two
+/// launches (bench/results/app-arrays-2026-12-07.md, us, kernel copies against slots, Open MPI
+/// in brackets): all-reduce 256 KiB 200-266 / 127-128 (274-332), 1 MiB 961-1063 / 385-440
+/// (878-1493), 4 MiB 1694-2627 / 2059-2745; reduce-scatter 512 KiB 229-244 / 84-115, 2 MiB
+/// 734-1415 / 359-692; all-gather 1 MiB 369-466 / 165-226 (380-439), 4 MiB 666-733 /
+/// 1096-1336; broadcast 128 KiB 44-78 / 24-57 (50-69), 2 MiB 389-630 / 324-477, 4 MiB mixed.
+/// Kernel copies were below Open MPI in 1 MiB arrays (all-reduce, all-gather) and in 64-128
+/// KiB ones (broadcast). Buffers on huge pages (a benchmark's, sized for its largest message)
+/// keep kernel copies, as measured before.
+pub const OVERSUBSCRIBED_OFF_HUGE_MAX: usize = 2 << 20;
 
 /// Most bytes the root and the receiver of a shared broadcast copy ([`NodeOp::shared_copy`])
 /// take at a time: a system call per chunk costs little next to its copy, and the one left
@@ -2532,6 +2554,49 @@ mod tests {
         }
         // SAFETY: allocated above with this layout.
         unsafe { std::alloc::dealloc(huge, layout) };
+    }
+
+    /// Ranks sharing cores pass every collective's 4 KiB-page buffers through their slots up
+    /// to [`OVERSUBSCRIBED_OFF_HUGE_MAX`] and leave larger ones to kernel copies; ranks with a
+    /// core each keep the all-reduce's size limit alone.
+    #[test]
+    fn ranks_sharing_cores_stage_buffers_off_huge_pages() {
+        use crate::transport::node_area::{areas_for_threads_by_kernel_copies, SLOT_BYTES};
+        use crate::types::{BuiltinOp, DataType};
+        let colls = [
+            NodeColl::AllReduce(Reduction::builtin(DataType::Float32, BuiltinOp::Sum, 4)),
+            NodeColl::ReduceScatter(Reduction::builtin(DataType::Float32, BuiltinOp::Sum, 4)),
+            NodeColl::AllGather,
+            NodeColl::Broadcast { root: 0 },
+        ];
+        for coll in colls {
+            let (max, off_huge) = (default_stage_max(&coll, 4, true), default_stage_off_huge_max(&coll, 4, true));
+            assert!(max < OVERSUBSCRIBED_OFF_HUGE_MAX && off_huge == OVERSUBSCRIBED_OFF_HUGE_MAX, "{coll:?}");
+        }
+        let coll = colls[0];
+        assert_eq!(default_stage_off_huge_max(&coll, 4, false), default_stage_max(&coll, 4, false));
+        // Rank 0's choice for its send buffer of an all-reduce of `bytes`, with the limits of
+        // ranks sharing cores.
+        let staged = |send: *const u8, bytes: usize| {
+            let mut areas = areas_for_threads_by_kernel_copies(2, SLOT_BYTES);
+            let mut out = vec![0u8; bytes];
+            let mut op = NodeOp::new(coll, NodeAlgo::Direct, send, out.as_mut_ptr(), bytes, OpSig::NONE)
+                .with_stage_max(default_stage_max(&coll, 2, true))
+                .with_stage_off_huge_max(default_stage_off_huge_max(&coll, 2, true));
+            op.progress(&mut areas[0], &mut Vec::new()).unwrap();
+            assert!(op.phase != Phase::Start, "rank 0 published");
+            op.stage_send
+        };
+        let plain = vec![1u8; 2 * OVERSUBSCRIBED_OFF_HUGE_MAX];
+        for bytes in [256 << 10, OVERSUBSCRIBED_OFF_HUGE_MAX] {
+            if !huge_pages::on_huge_pages(plain.as_ptr() as usize, bytes) {
+                assert!(staged(plain.as_ptr(), bytes), "{bytes} bytes on 4 KiB pages went by kernel copies");
+            }
+        }
+        assert!(
+            !staged(plain.as_ptr(), 2 * OVERSUBSCRIBED_OFF_HUGE_MAX),
+            "a message above the limit went through the slot"
+        );
     }
 
     /// Broadcasts by kernel copies at [`STAGGER_MIN_RANKS`] ranks (as processes, nothing
