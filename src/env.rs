@@ -223,8 +223,9 @@ pub static PARAMS: &[Param] = &[
         "On one host, a rank's buffers that its peers cannot map (malloc, stack, Fortran arrays) of \
          at most this many bytes travel through the shared area's slots, larger ones by kernel \
          copies (process_vm_readv); unset: chosen per collective and number of ranks (and, for \
-         broadcasts at 3-8 ranks up to 4 MiB and for every collective of ranks sharing cores up \
-         to 2 MiB, by whether the buffer is on huge pages)",
+         broadcasts at 3-8 ranks up to 4 MiB, every collective of ranks sharing cores up to 2 \
+         MiB, and 2-rank all-reduces and reduce-scatters where kernel copies of 4 KiB pages \
+         measure slow, by whether the buffer is on huge pages)",
     ),
     param(
         "FERROCCL_NODE_RELAY_MIN",

@@ -392,10 +392,14 @@ fn node_shape(
     // FERROCCL_NODE_STAGE_MAX sets one limit, huge pages or not.
     let (stage_max, stage_off_huge_max) = match tuning.node_stage_max {
         Some(max) => (max, max),
-        None => (
-            node::default_stage_max(&coll, n, oversubscribed),
-            node::default_stage_off_huge_max(&coll, n, oversubscribed),
-        ),
+        None => {
+            // Measured once per process, and only where the rule asks (two ranks with a core each).
+            let slow_copies = n == 2 && !oversubscribed && crate::transport::peer_mem::small_page_kernel_copies_slow();
+            (
+                node::default_stage_max(&coll, n, oversubscribed),
+                node::default_stage_off_huge_max(&coll, n, oversubscribed, slow_copies),
+            )
+        }
     };
     let relay_sizes = match tuning.node_relay_min {
         Some(min) => node::RelaySizes::from_min(min),

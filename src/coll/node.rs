@@ -257,15 +257,30 @@ const PIECE: usize = 64 << 10;
 /// slots either way (8 MiB array 1628-2348 against 2409-2785): no such range there.
 ///
 /// Ranks sharing cores ([`OVERSUBSCRIBED_OFF_HUGE_MAX`]) stage every collective's buffers off
-/// huge pages up to 2 MiB. With a core each at 2, 8 and 16 ranks the 16-core host measured no
-/// such gain (bench/results/app-arrays-2026-12-07.md, rounds 143-144: 2-rank all-reduce 1-2
-/// MiB 108-185 / 267-353 us by kernel copies against 154-236 / 325-387 through slots), while
-/// the AMD 2-core VM, 2 ranks, favoured slots (1 MiB 231-239 against 149-167): no rule by
-/// rank count fits both, so those keep the rule above.
-pub fn default_stage_off_huge_max(coll: &NodeColl, nranks: usize, oversubscribed: bool) -> usize {
+/// huge pages up to 2 MiB.
+///
+/// Two ranks with a core each stage them where a kernel copy of 4 KiB pages is slow on this
+/// machine (`small_page_copies_slow`, [`peer_mem::small_page_kernel_copies_slow`]): all-reduces
+/// up to 2 MiB, reduce-scatters up to 256 KiB. The machines measured disagree
+/// (bench/results/app-arrays-2026-12-07.md, each size in its own malloc'd array, us, kernel
+/// copies against slots): on the AMD 2-core VM, where such a copy takes 4.3x a memcpy,
+/// all-reduce 256 KiB 55-59 / 38-46, 1 MiB 231-239 / 149-167, 2 MiB 334-347 / 252-259, 4 MiB
+/// 551-666 / 612-715, reduce-scatter 64 KiB 11-12 / 7, 256 KiB 37-41 / 23-24, 512 KiB-2 MiB
+/// mixed; on the 16-core Intel host (1.8x a memcpy; rounds 143-144) all-reduce 1 MiB 108-185 /
+/// 154-236 and 2 MiB 267-353 / 325-387, kernel copies faster at 2 MiB in four launches of
+/// four. At 8 and 16 ranks the host gained nothing consistent from slots; no other machine
+/// was measured there, so those keep the rules above whatever the copies cost.
+pub fn default_stage_off_huge_max(
+    coll: &NodeColl,
+    nranks: usize,
+    oversubscribed: bool,
+    small_page_copies_slow: bool,
+) -> usize {
     match (coll, nranks) {
         _ if oversubscribed => default_stage_max(coll, nranks, true).max(OVERSUBSCRIBED_OFF_HUGE_MAX),
         (NodeColl::Broadcast { .. }, 3..=8) => 4 << 20,
+        (NodeColl::AllReduce(_), 2) if small_page_copies_slow => 2 << 20,
+        (NodeColl::ReduceScatter(_), 2) if small_page_copies_slow => 256 << 10,
         _ => default_stage_max(coll, nranks, oversubscribed),
     }
 }
@@ -919,7 +934,9 @@ impl NodeOp {
     /// outputs of an all-reduce (each rank writes its slice of the result everywhere) and of
     /// the receiver of a shared 2-process broadcast copy ([`NodeOp::split_copy`], which it
     /// publishes with no length: its owner never stages it), predicted here from the root's
-    /// staging rule, which is ours. The other outputs only their owner writes.
+    /// size limit, which is ours (a root that still stages its buffer for want of huge pages,
+    /// [`default_stage_off_huge_max`], makes this preparation of our buffer useless, not
+    /// wrong). The other outputs only their owner writes.
     fn bytes_peers_reach(&self, area: &NodeArea, send_len: usize, recv_len: usize) -> (usize, usize) {
         match self.coll {
             NodeColl::AllReduce(_) => (send_len, recv_len),
@@ -2511,9 +2528,9 @@ mod tests {
         use crate::transport::node_area::{areas_for_threads_by_kernel_copies, SLOT_BYTES};
         let bytes = 2 << 20;
         let coll = NodeColl::Broadcast { root: 0 };
-        let (max, off_huge) = (default_stage_max(&coll, 3, false), default_stage_off_huge_max(&coll, 3, false));
+        let (max, off_huge) = (default_stage_max(&coll, 3, false), default_stage_off_huge_max(&coll, 3, false, false));
         assert!(max < bytes && bytes <= off_huge);
-        assert_eq!(default_stage_off_huge_max(&coll, 16, false), default_stage_max(&coll, 16, false));
+        assert_eq!(default_stage_off_huge_max(&coll, 16, false, true), default_stage_max(&coll, 16, false));
         let staged = |send: *const u8| {
             let mut areas = areas_for_threads_by_kernel_copies(3, SLOT_BYTES);
             let mut out = vec![0u8; bytes];
@@ -2570,11 +2587,12 @@ mod tests {
             NodeColl::Broadcast { root: 0 },
         ];
         for coll in colls {
-            let (max, off_huge) = (default_stage_max(&coll, 4, true), default_stage_off_huge_max(&coll, 4, true));
+            let (max, off_huge) =
+                (default_stage_max(&coll, 4, true), default_stage_off_huge_max(&coll, 4, true, false));
             assert!(max < OVERSUBSCRIBED_OFF_HUGE_MAX && off_huge == OVERSUBSCRIBED_OFF_HUGE_MAX, "{coll:?}");
         }
         let coll = colls[0];
-        assert_eq!(default_stage_off_huge_max(&coll, 4, false), default_stage_max(&coll, 4, false));
+        assert_eq!(default_stage_off_huge_max(&coll, 4, false, true), default_stage_max(&coll, 4, false));
         // Rank 0's choice for its send buffer of an all-reduce of `bytes`, with the limits of
         // ranks sharing cores.
         let staged = |send: *const u8, bytes: usize| {
@@ -2582,21 +2600,43 @@ mod tests {
             let mut out = vec![0u8; bytes];
             let mut op = NodeOp::new(coll, NodeAlgo::Direct, send, out.as_mut_ptr(), bytes, OpSig::NONE)
                 .with_stage_max(default_stage_max(&coll, 2, true))
-                .with_stage_off_huge_max(default_stage_off_huge_max(&coll, 2, true));
+                .with_stage_off_huge_max(default_stage_off_huge_max(&coll, 2, true, false));
             op.progress(&mut areas[0], &mut Vec::new()).unwrap();
             assert!(op.phase != Phase::Start, "rank 0 published");
             op.stage_send
         };
         let plain = vec![1u8; 2 * OVERSUBSCRIBED_OFF_HUGE_MAX];
         for bytes in [256 << 10, OVERSUBSCRIBED_OFF_HUGE_MAX] {
-            if !huge_pages::on_huge_pages(plain.as_ptr() as usize, bytes) {
-                assert!(staged(plain.as_ptr(), bytes), "{bytes} bytes on 4 KiB pages went by kernel copies");
-            }
+            // (Unless another test collapsed this address range for itself meanwhile.)
+            assert!(
+                staged(plain.as_ptr(), bytes) || huge_pages::on_huge_pages(plain.as_ptr() as usize, bytes),
+                "{bytes} bytes on 4 KiB pages went by kernel copies"
+            );
         }
         assert!(
             !staged(plain.as_ptr(), 2 * OVERSUBSCRIBED_OFF_HUGE_MAX),
             "a message above the limit went through the slot"
         );
+    }
+
+    /// Two ranks with a core each stage 4 KiB-page buffers of all-reduces (up to 2 MiB) and
+    /// reduce-scatters (up to 256 KiB) only where kernel copies of such pages are slow; the
+    /// other collectives, and every collective where they are not, keep their size limits.
+    #[test]
+    fn two_ranks_stage_off_huge_pages_only_where_kernel_copies_are_slow() {
+        use crate::types::{BuiltinOp, DataType};
+        let red = Reduction::builtin(DataType::Float32, BuiltinOp::Sum, 2);
+        let (ar, rs) = (NodeColl::AllReduce(red), NodeColl::ReduceScatter(red));
+        assert_eq!(default_stage_off_huge_max(&ar, 2, false, true), 2 << 20);
+        assert_eq!(default_stage_off_huge_max(&rs, 2, false, true), 256 << 10);
+        for coll in [ar, rs, NodeColl::AllGather, NodeColl::Broadcast { root: 1 }] {
+            let max = default_stage_max(&coll, 2, false);
+            assert_eq!(default_stage_off_huge_max(&coll, 2, false, false), max, "{coll:?}");
+            assert!(default_stage_off_huge_max(&coll, 2, false, true) >= max, "{coll:?}");
+        }
+        for coll in [NodeColl::AllGather, NodeColl::Broadcast { root: 1 }] {
+            assert_eq!(default_stage_off_huge_max(&coll, 2, false, true), default_stage_max(&coll, 2, false));
+        }
     }
 
     /// Broadcasts by kernel copies at [`STAGGER_MIN_RANKS`] ranks (as processes, nothing

@@ -239,9 +239,119 @@ pub fn read_remote(pid: u32, addr: u64, out: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
+/// How many times a memcpy's time a kernel copy of memory on 4 KiB pages may take before
+/// [`small_page_kernel_copies_slow`] calls it slow: two, what passing the bytes through a slot
+/// costs (a copy in and a copy out, in cache) against one kernel copy plus its work per page.
+/// Measured by this function when both ranks of a 2-rank job take it at once
+/// (bench/results/app-arrays-2026-12-07.md, 256 KiB): the AMD 2-core VM 2.4-4.0x (37.7-54.5
+/// against 13.2-18.2 us; 3.7x when one process measures alone), the 16-core Intel host
+/// 1.78-1.84x (11.2-11.6 against 6.3 us, sixteen times). There slots won 2-rank all-reduces of
+/// 4 KiB-page arrays at 256 KiB-2 MiB on the VM, and kernel copies did as well or better on the
+/// host.
+const SLOW_KERNEL_COPY_RATIO: f64 = 2.0;
+/// Bytes each trial of the measurement copies (a piece of a kernel-copy all-reduce).
+const PROBE_BYTES: usize = 256 << 10;
+/// Trials of each copy; the fastest counts.
+const PROBE_TRIALS: usize = 5;
+
+/// Whether, on this machine, a kernel copy (process_vm_readv) of memory on 4 KiB pages takes
+/// more than [`SLOW_KERNEL_COPY_RATIO`] times a memcpy of it: the kernel then spends longer
+/// looking up and pinning each page than a second copy through shared memory would take.
+/// Measured once per process, on first use (about a millisecond), on private memory of this
+/// process (a kernel copy from a peer's costs the same); a copy that fails counts as slow.
+pub fn small_page_kernel_copies_slow() -> bool {
+    static SLOW: OnceLock<bool> = OnceLock::new();
+    *SLOW.get_or_init(|| match measure_small_page_copies() {
+        Ok((kernel, memcpy)) => {
+            let slow = kernel.as_secs_f64() > SLOW_KERNEL_COPY_RATIO * memcpy.as_secs_f64();
+            log::info!(
+                target: "SHM",
+                "SHM: a kernel copy of {} KiB on 4 KiB pages takes {:.1} us, a memcpy {:.1} us: kernel copies of such pages are {}",
+                PROBE_BYTES >> 10,
+                kernel.as_secs_f64() * 1e6,
+                memcpy.as_secs_f64() * 1e6,
+                if slow { "slow here (2-rank reductions stage them)" } else { "fast enough here" }
+            );
+            slow
+        }
+        Err(e) => {
+            log::info!(target: "SHM", "SHM: kernel copies of 4 KiB pages not measured ({e}): taken as slow");
+            true
+        }
+    })
+}
+
+/// The fastest of [`PROBE_TRIALS`] kernel copies and of as many memcpys of [`PROBE_BYTES`],
+/// between two private mappings of this process held on 4 KiB pages.
+fn measure_small_page_copies() -> io::Result<(std::time::Duration, std::time::Duration)> {
+    struct Mapping(*mut u8, usize);
+    impl Drop for Mapping {
+        fn drop(&mut self) {
+            // SAFETY: exactly the mapping made below, not used after this.
+            let _ = unsafe { rustix::mm::munmap(self.0.cast(), self.1) };
+        }
+    }
+    let map = || -> io::Result<Mapping> {
+        // SAFETY: a new private anonymous mapping (no address hint) of PROBE_BYTES.
+        let p = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                PROBE_BYTES,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE,
+            )
+        }?;
+        let m = Mapping(p.cast(), PROBE_BYTES);
+        // SAFETY: our own mapping; 4 KiB pages, as an application's array of this size has.
+        unsafe { rustix::mm::madvise(p, PROBE_BYTES, rustix::mm::Advice::LinuxNoHugepage) }?;
+        // SAFETY: PROBE_BYTES writable bytes of our own mapping: every page faulted in.
+        unsafe { std::ptr::write_bytes(m.0, 1, PROBE_BYTES) };
+        Ok(m)
+    };
+    let (src, dst) = (map()?, map()?);
+    // SAFETY: the two mappings above, PROBE_BYTES each, alive until the end of this function.
+    let (from, to) =
+        unsafe { (std::slice::from_raw_parts(src.0, PROBE_BYTES), std::slice::from_raw_parts_mut(dst.0, PROBE_BYTES)) };
+    let me = nix::unistd::Pid::this();
+    let remote = [RemoteIoVec { base: src.0 as usize, len: PROBE_BYTES }];
+    let fastest = |f: &mut dyn FnMut() -> io::Result<()>| -> io::Result<std::time::Duration> {
+        let mut best = std::time::Duration::MAX;
+        for _ in 0..PROBE_TRIALS {
+            let t = std::time::Instant::now();
+            f()?;
+            best = best.min(t.elapsed());
+        }
+        Ok(best)
+    };
+    let kernel = fastest(&mut || {
+        let n = nix::sys::uio::process_vm_readv(me, &mut [IoSliceMut::new(&mut to[..])], &remote)
+            .map_err(io::Error::from)?;
+        if n == PROBE_BYTES {
+            Ok(())
+        } else {
+            Err(io::Error::from(io::ErrorKind::UnexpectedEof))
+        }
+    })?;
+    let memcpy = fastest(&mut || {
+        to.copy_from_slice(std::hint::black_box(from));
+        std::hint::black_box(&to[..]);
+        Ok(())
+    })?;
+    Ok((kernel, memcpy))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The measurement behind [`small_page_kernel_copies_slow`] copies between two mappings of
+    /// this process by both means and times each.
+    #[test]
+    fn small_page_copies_are_measured_both_ways() {
+        let (kernel, memcpy) = measure_small_page_copies().expect("a kernel copy from this process");
+        assert!(kernel > std::time::Duration::ZERO && memcpy > std::time::Duration::ZERO);
+        assert!(kernel < std::time::Duration::from_secs(1) && memcpy < std::time::Duration::from_secs(1));
+    }
 
     #[test]
     fn page_matched_staging_shares_the_other_end_s_page_offset() {
