@@ -243,8 +243,8 @@ pub fn read_remote(pid: u32, addr: u64, out: &mut [u8]) -> Result<()> {
 /// [`small_page_kernel_copies_slow`] calls it slow: two, what passing the bytes through a slot
 /// costs (a copy in and a copy out, in cache) against one kernel copy plus its work per page.
 /// Measured by this function when both ranks of a 2-rank job take it at once
-/// (bench/results/app-arrays-2026-12-07.md, 256 KiB): the AMD 2-core VM 2.4-4.0x (37.7-54.5
-/// against 13.2-18.2 us; 3.7x when one process measures alone), the 16-core Intel host
+/// (bench/results/app-arrays-2026-12-07.md, 256 KiB): the AMD 2-core VM 2.4-4.0x (26.4-54.5
+/// against 7.2-18.2 us, six processes; 4.3x in a program of its own), the 16-core Intel host
 /// 1.78-1.84x (11.2-11.6 against 6.3 us, sixteen times). There slots won 2-rank all-reduces of
 /// 4 KiB-page arrays at 256 KiB-2 MiB on the VM, and kernel copies did as well or better on the
 /// host.
