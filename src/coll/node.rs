@@ -2068,6 +2068,43 @@ fn write_remote(pid: u32, addr: u64, data: &[u8]) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// One 2 MiB region of this process, filled with `fill` and collapsed into a huge page on
+    /// our asking where the kernel has one to give (`on_huge_pages` says whether it did);
+    /// freed when dropped.
+    struct CollapsedRegion(*mut u8);
+
+    impl CollapsedRegion {
+        const BYTES: usize = 2 << 20;
+
+        fn layout() -> std::alloc::Layout {
+            std::alloc::Layout::from_size_align(Self::BYTES, Self::BYTES).unwrap()
+        }
+
+        fn new(fill: u8) -> CollapsedRegion {
+            // SAFETY: a non-zero size; freed in drop with the same layout.
+            let p = unsafe { std::alloc::alloc(Self::layout()) };
+            assert!(!p.is_null());
+            // SAFETY: BYTES writable bytes at `p`.
+            unsafe { std::ptr::write_bytes(p, fill, Self::BYTES) };
+            // A buffer of 1 MiB and up is asked for on its second use.
+            for _ in 0..2 {
+                huge_pages::prepare_for_kernel_copies(p as usize, Self::BYTES);
+            }
+            CollapsedRegion(p)
+        }
+
+        fn on_huge_pages(&self, len: usize) -> bool {
+            huge_pages::on_huge_pages(self.0 as usize, len)
+        }
+    }
+
+    impl Drop for CollapsedRegion {
+        fn drop(&mut self) {
+            // SAFETY: allocated in new with this layout; its users are done with it.
+            unsafe { std::alloc::dealloc(self.0, Self::layout()) };
+        }
+    }
+
     /// Runs `body(rank, area)` on a thread per area and waits for them all. A panic on any
     /// thread ends the test process: the other ranks would wait on the node area for ever (a
     /// peer thread that stops is no exited process), hanging the suite instead of failing it.
@@ -2553,24 +2590,13 @@ mod tests {
             held.push(v);
         };
         assert!(staged(plain.as_ptr()), "a 4 KiB-page buffer went by kernel copies");
-        let layout = std::alloc::Layout::from_size_align(bytes, bytes).unwrap();
-        // SAFETY: a non-zero size; freed below with the same layout.
-        let huge = unsafe { std::alloc::alloc(layout) };
-        assert!(!huge.is_null());
-        // SAFETY: `bytes` writable bytes at `huge`.
-        unsafe { std::ptr::write_bytes(huge, 7, bytes) };
-        // A buffer of 1 MiB and up is asked for on its second use.
-        for _ in 0..2 {
-            huge_pages::prepare_for_kernel_copies(huge as usize, bytes);
-        }
-        if huge_pages::on_huge_pages(huge as usize, bytes) {
-            assert!(!staged(huge), "a buffer on huge pages went through the slot");
+        let huge = CollapsedRegion::new(7);
+        if huge.on_huge_pages(bytes) {
+            assert!(!staged(huge.0), "a buffer on huge pages went through the slot");
             assert!(staged(plain.as_ptr()), "the 4 KiB-page buffer still does");
         } else {
             eprintln!("huge pages not to be had here: only the 4 KiB-page case checked");
         }
-        // SAFETY: allocated above with this layout.
-        unsafe { std::alloc::dealloc(huge, layout) };
     }
 
     /// Ranks sharing cores pass every collective's 4 KiB-page buffers through their slots up
@@ -2629,25 +2655,15 @@ mod tests {
         use crate::types::{BuiltinOp, DataType};
         let bytes = 1 << 20;
         let count = bytes / 8;
-        let layout = std::alloc::Layout::from_size_align(2 << 20, 2 << 20).unwrap();
-        // SAFETY: a non-zero size; freed at the end with the same layout.
-        let huge = unsafe { std::alloc::alloc(layout) };
-        assert!(!huge.is_null());
-        // SAFETY: 2 MiB writable bytes at `huge`.
-        unsafe { std::ptr::write_bytes(huge, 0, 2 << 20) };
-        for _ in 0..2 {
-            huge_pages::prepare_for_kernel_copies(huge as usize, 2 << 20);
-        }
-        if !huge_pages::on_huge_pages(huge as usize, bytes) {
+        let huge = CollapsedRegion::new(0);
+        if !huge.on_huge_pages(bytes) {
             eprintln!("huge pages not to be had here: the mixed case cannot be set up");
-            // SAFETY: allocated above with this layout.
-            unsafe { std::alloc::dealloc(huge, layout) };
             return;
         }
         let input_of =
             move |r: usize| -> Vec<i64> { (0..count).map(|i| (i as i64 % 977) * (r as i64 + 1) - 5).collect() };
         let want: Vec<i64> = input_of(0).iter().zip(input_of(1)).map(|(a, b)| a + b).collect();
-        let huge_addr = huge as usize;
+        let huge_addr = huge.0 as usize;
         let staged_flags = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let flags = staged_flags.clone();
         on_rank_threads(areas_for_threads_by_kernel_copies(2, SLOT_BYTES), move |me, mut area| {
@@ -2694,8 +2710,6 @@ mod tests {
                 assert!(!recv_staged, "rank 0's receive buffer is on a huge page");
             }
         }
-        // SAFETY: allocated above with this layout; no thread uses it any more.
-        unsafe { std::alloc::dealloc(huge, layout) };
     }
 
     /// Two ranks with a core each stage 4 KiB-page buffers of all-reduces (up to 2 MiB) and
