@@ -7,7 +7,7 @@
 #   bench/compare_ompi.sh [-np N ...] [--sizes 8:256M] [--factor 2|4] [--out bench/results/NAME]
 #                         [-n 100] [-w 10] [--tier S:N:W ...] [--repeat 1] [--check 1] [--timeout 900]
 #                         [--wait-idle PCT] [--wait-max S]
-#                         [--ferroccl-bench PATH] [--no-build] [--keep-logs] [--nccl-tests-warmup]
+#                         [--ferroccl-bench PATH] [--no-build] [--keep-logs] [--nccl-tests-warmup] [--arrays]
 #
 #   -np N          rank counts, repeatable or comma-separated (default: 2 and 4)
 #   --sizes A:B    size range, K/M/G suffixes are powers of 1024 (default 8:256M)
@@ -18,9 +18,15 @@
 #                  about a microsecond, so they get more iterations: 20 would time a 20 us window
 #                  that one scheduler tick on a shared 2-core host can double.
 #                  Both programs get the same schedule and sweep every size in one invocation,
-#                  in buffers of the largest size.
+#                  in buffers of the largest size (unless --arrays).
 #   --fresh-inputs both programs rewrite each rank's input before every call (timed with it), as an
 #                  application with new data would; without it inputs never change between calls
+#   --arrays       both programs time each size in send and receive arrays of their own, of
+#                  exactly its bytes (ferroccl-bench --arrays, ompi_bench --arrays), as a
+#                  simulation code passes arrays of its problem's size: each one a glibc mapping
+#                  on 4 KiB pages from 128 KiB, where the default's one buffer of the largest size
+#                  may get huge pages (bench/results/app-arrays-2026-12-07.md). Each size warms up
+#                  in its own arrays, right before it is timed; no pass over all sizes.
 #   --nccl-tests-warmup  warm up as nccl-tests does (ferroccl-bench: one pass over all sizes before
 #                  the sweep, after which the first sizes timed are cold; ompi_bench: each size
 #                  right before it is timed). Default: both programs do both (ferroccl-bench
@@ -95,6 +101,7 @@ fbench=""
 fextra=(--alloc system)
 both_allocs=0
 fresh=()
+arrays=0
 build=1
 keep_logs=0
 warm_alike=1
@@ -122,6 +129,7 @@ while [ $# -gt 0 ]; do
         --keep-logs) keep_logs=1; shift ;;
         --nccl-tests-warmup) warm_alike=0; shift ;;
         --fresh-inputs) fresh=(--fresh-inputs); shift ;;
+        --arrays) arrays=1; shift ;;
         --report-from) [ $# -ge 2 ] || die "--report-from needs a directory"; report_from=$2; shift 2 ;;
         --host-alloc) fextra=(--alloc system); shift ;;
         --mem-alloc) fextra=(--alloc nccl); shift ;;
@@ -178,6 +186,9 @@ fwarm=(); owarm=()
 if [ "$warm_alike" = 1 ]; then fwarm=(--warmup-each); owarm=(--warmup-pass); fi
 # --fresh-inputs: both programs rewrite each rank's input before every call.
 fwarm+=("${fresh[@]}"); owarm+=("${fresh[@]}")
+# --arrays: each size in arrays of its own, warmed up in them (a pass over all sizes would warm
+# other arrays).
+if [ "$arrays" = 1 ]; then fwarm=(--arrays "${fresh[@]}"); owarm=(--arrays "${fresh[@]}"); fi
 ftiers=()
 for k in "${!tier_b[@]}"; do ftiers+=(--tier "${tier_b[k]}:${tier_n[k]}:${tier_w[k]}"); done
 
@@ -565,7 +576,11 @@ if cfg:
     if cfg.get("fresh_inputs"):
         P("- Inputs (both): each rank rewrites its input before every call, timed with the calls "
           "(--fresh-inputs), as an application with new data would")
-    P("- Warm-up (both): " + ("a pass over all sizes, then each size right before it is timed "
+    if cfg.get("arrays"):
+        P("- Buffers (both): each size in send and receive arrays of its own, of exactly its bytes "
+          "(--arrays), as a simulation code passes them")
+    P("- Warm-up (both): " + ("each size in its own arrays, right before it is timed" if cfg.get("arrays") else
+      "a pass over all sizes, then each size right before it is timed "
       "(ferroccl-bench --warmup-each, ompi_bench --warmup-pass)" if cfg.get("warmup_pass") else
       "as nccl-tests for ferroccl-bench (one pass before the sweep), each size right before it is "
       "timed for ompi_bench (--nccl-tests-warmup)"))

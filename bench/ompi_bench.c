@@ -63,7 +63,7 @@ struct row {
 static int rank, nranks;
 static int opt_average = 1, opt_check = 1, opt_root = 0;
 static size_t opt_min = 8, opt_max = 256u << 20, opt_factor = 2;
-static int opt_iters = 20, opt_warmup = 5, opt_warmup_pass = 0, opt_fresh_inputs = 0;
+static int opt_iters = 20, opt_warmup = 5, opt_warmup_pass = 0, opt_fresh_inputs = 0, opt_arrays = 0;
 /* Iteration tiers: sizes >= tier_from[k] use tier_iters[k] / tier_warmup[k] (the largest
  * matching tier wins); smaller sizes use -n / -w. */
 #define MAX_TIERS 8
@@ -86,6 +86,8 @@ static void usage(void) {
                 "               matching S wins (default 64M:5:2; --big is the same flag)\n"
                 "  --warmup-pass also warm every size up before the sweep (nccl-tests' pass)\n"
                 "  --fresh-inputs each rank rewrites its input before every call (as ferroccl-bench)\n"
+                "  --arrays   each collective and size in send and receive arrays of their own, of exactly\n"
+                "             the bytes it needs, kept to the end (as ferroccl-bench --arrays); no --warmup-pass\n"
                 "  -a   time over ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 1)\n"
                 "  -c   checked calls per size (default 1; 0 = none)\n"
                 "  -r   broadcast root (default 0)\n"
@@ -164,6 +166,8 @@ static void parse_args(int argc, char **argv) {
             tiers_given = 1;
         } else if (!strcmp(a, "--warmup-pass")) {
             opt_warmup_pass = 1;
+        } else if (!strcmp(a, "--arrays")) {
+            opt_arrays = 1;
         } else if (!strcmp(a, "--fresh-inputs")) {
             opt_fresh_inputs = 1;
             continue;
@@ -247,6 +251,22 @@ static void bandwidth(enum coll c, size_t param, double sec, double *algbw, doub
 }
 
 static float *sendbuf, *recvbuf;
+
+/* --arrays: every pair allocated, freed at the end. */
+static float **kept_arrays;
+static size_t nkept;
+
+/* A zeroed page-aligned array of n floats (at least one page), kept until the end. */
+static float *array_of(size_t n) {
+    size_t bytes = (n * sizeof(float) + 4095) & ~(size_t)4095;
+    float *p = aligned_alloc(4096, bytes ? bytes : 4096);
+    if (!p) die("out of memory");
+    memset(p, 0, bytes);
+    kept_arrays = realloc(kept_arrays, (nkept + 1) * sizeof *kept_arrays);
+    if (!kept_arrays) die("out of memory");
+    kept_arrays[nkept++] = p;
+    return p;
+}
 
 /* One call. MPI counts are int: sizes up to 256 MiB of floats fit. */
 static void call(enum coll c, size_t param, int in_place) {
@@ -432,11 +452,15 @@ int main(int argc, char **argv) {
         if (s > maxsend) maxsend = s;
         if (r > maxrecv) maxrecv = r;
     }
-    sendbuf = aligned_alloc(4096, (maxsend * sizeof(float) + 4096) & ~(size_t)4095);
-    recvbuf = aligned_alloc(4096, (maxrecv * sizeof(float) + 4096) & ~(size_t)4095);
-    if (!sendbuf || !recvbuf) die("out of memory");
-    memset(sendbuf, 0, maxsend * sizeof(float));
-    memset(recvbuf, 0, maxrecv * sizeof(float));
+    if (opt_arrays) {
+        if (opt_warmup_pass) die("--arrays warms each size up in its own arrays: no --warmup-pass");
+    } else {
+        sendbuf = aligned_alloc(4096, (maxsend * sizeof(float) + 4096) & ~(size_t)4095);
+        recvbuf = aligned_alloc(4096, (maxrecv * sizeof(float) + 4096) & ~(size_t)4095);
+        if (!sendbuf || !recvbuf) die("out of memory");
+        memset(sendbuf, 0, maxsend * sizeof(float));
+        memset(recvbuf, 0, maxrecv * sizeof(float));
+    }
 
     if (rank == 0) {
         printf("# ompi_bench: %s, %d ranks, host %s\n", libver, nranks, host);
@@ -445,6 +469,7 @@ int main(int argc, char **argv) {
         for (int k = 0; k < ntiers; k++)
             printf("# sizes >= %zu: warmup iters: %d iters: %d\n", tier_from[k], tier_warmup[k], tier_iters[k]);
         printf("# warm-up: each size right before it is timed%s\n", opt_warmup_pass ? ", after a pass over all sizes" : "");
+        if (opt_arrays) printf("# buffers: each size in arrays of its own (--arrays)\n");
         if (opt_fresh_inputs) printf("# inputs: each rank rewrites its input before every call (--fresh-inputs)\n");
     }
     char pline[512];
@@ -491,6 +516,10 @@ int main(int argc, char **argv) {
             counts((enum coll)c, size, &param, &s, &r, &bytes);
             int iters, warmup;
             schedule(size, &iters, &warmup);
+            if (opt_arrays) {
+                sendbuf = array_of(s);
+                recvbuf = array_of(r);
+            }
             struct row *row = &rows[nrows++];
             row->coll = (enum coll)c;
             row->size = bytes;
@@ -539,8 +568,9 @@ int main(int argc, char **argv) {
             json_string(f, host);
             fprintf(f, ",\n  \"date\": \"%s\",\n  \"nranks\": %d,\n", date, nranks);
             fprintf(f, "  \"config\": {\"minbytes\": %zu, \"maxbytes\": %zu, \"stepfactor\": %zu, \"iters\": %d, "
-                       "\"warmup_iters\": %d, \"warmup_pass\": %s, \"fresh_inputs\": %s, \"check\": %d, \"average\": %d, \"root\": %d, \"tiers\": [",
-                    opt_min, opt_max, opt_factor, opt_iters, opt_warmup, opt_warmup_pass ? "true" : "false", opt_fresh_inputs ? "true" : "false", opt_check,
+                       "\"warmup_iters\": %d, \"warmup_pass\": %s, \"fresh_inputs\": %s, \"arrays\": %s, \"check\": %d, \"average\": %d, \"root\": %d, \"tiers\": [",
+                    opt_min, opt_max, opt_factor, opt_iters, opt_warmup, opt_warmup_pass ? "true" : "false", opt_fresh_inputs ? "true" : "false",
+                    opt_arrays ? "true" : "false", opt_check,
                     opt_average, opt_root);
             for (int k = 0; k < ntiers; k++)
                 fprintf(f, "%s{\"from\": %zu, \"iters\": %d, \"warmup_iters\": %d}", k ? ", " : "", tier_from[k],
@@ -564,8 +594,13 @@ int main(int argc, char **argv) {
     }
 
     free(rows);
-    free(sendbuf);
-    free(recvbuf);
+    if (opt_arrays) {
+        for (size_t i = 0; i < nkept; i++) free(kept_arrays[i]);
+        free(kept_arrays);
+    } else {
+        free(sendbuf);
+        free(recvbuf);
+    }
     MPI_Finalize();
     return 0;
 }

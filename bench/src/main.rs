@@ -130,6 +130,15 @@ struct Args {
     /// call before, which no application whose data changes does.
     #[arg(long = "fresh-inputs")]
     fresh_inputs: bool,
+    /// Time each size in send and receive arrays of its own, of exactly the bytes it needs,
+    /// allocated when the size is first timed (and warmed up before every timing: its -w or
+    /// --tier warm-up calls), as a simulation code passes arrays of its problem's size: from
+    /// glibc's mmap threshold (128 KiB) each is a mapping of its own on 4 KiB pages, where one
+    /// buffer sized for the largest message holds whole 2 MiB regions that may get huge pages.
+    /// No pass over all sizes first. The arrays live until the end (no address is reused, and
+    /// glibc's threshold stays where it was), and later cycles (-N) reuse them.
+    #[arg(long = "arrays")]
+    arrays: bool,
     /// Repeat the size sweep this many times (0: forever).
     #[arg(short = 'N', long = "run_cycles", default_value_t = 1)]
     run_cycles: u32,
@@ -287,6 +296,8 @@ struct Plan {
     warmup_each: bool,
     /// --fresh-inputs: each rank rewrites its input before every call.
     fresh_inputs: bool,
+    /// --arrays: each size in send and receive arrays of its own, of exactly its size.
+    arrays: bool,
     cycles: u32,
     check: u32,
     combine: Combine,
@@ -551,6 +562,7 @@ fn build_plan(args: &Args, nranks: usize) -> Result<Plan, String> {
         tiers: args.tier.clone(),
         warmup_each: args.warmup_each,
         fresh_inputs: args.fresh_inputs,
+        arrays: args.arrays,
         cycles: args.run_cycles,
         check: args.check,
         combine: Combine::from_average(args.average),
@@ -591,7 +603,9 @@ fn run(args: &Args, world: &World, multi_process: bool) -> Result<i32, String> {
         for t in &plan.tiers {
             println!("# sizes >= {}: warmup iters: {} iters: {}", t.from, t.warmup, t.iters);
         }
-        if plan.warmup_each {
+        if plan.arrays {
+            println!("# buffers: each size in arrays of its own, warmed up right before it is timed");
+        } else if plan.warmup_each {
             println!("# warm-up: each size right before it is timed, after a pass over all sizes");
         }
         if init == InitMode::Threads {
@@ -762,6 +776,7 @@ fn run(args: &Args, world: &World, multi_process: bool) -> Result<i32, String> {
                         ("warmup_iters", Json::from(plan.warmup as i64)),
                         ("warmup_each", Json::Bool(plan.warmup_each)),
                         ("fresh_inputs", Json::Bool(plan.fresh_inputs)),
+                        ("arrays", Json::Bool(plan.arrays)),
                         ("iterations", Json::from(plan.iters as i64)),
                         (
                             "tiers",
@@ -902,12 +917,17 @@ struct Rank<'a> {
     main: bool,
     send: Buf,
     recv: Buf,
+    /// --arrays: the send and receive arrays of every size timed so far but the current one,
+    /// and the current one's size.
+    arrays: Vec<(usize, Buf, Buf)>,
+    current_size: Option<usize>,
     seed: u64,
     out: RankOutcome,
 }
 
 fn rank_main(plan: &Plan, world: &World, thread: usize, comm: ncclComm_t) -> RankOutcome {
-    let cap = plan.maxbytes + 8 * plan.unalign + 64;
+    // With --arrays every size allocates its own (Rank::arrays_for).
+    let cap = if plan.arrays { 64 } else { plan.maxbytes + 8 * plan.unalign + 64 };
     let mut r = Rank {
         plan,
         world,
@@ -918,6 +938,8 @@ fn rank_main(plan: &Plan, world: &World, thread: usize, comm: ncclComm_t) -> Ran
         main: world.proc_ == 0 && thread == 0,
         send: Buf::new(cap, plan.host_alloc),
         recv: Buf::new(cap, plan.host_alloc),
+        arrays: Vec::new(),
+        current_size: None,
         seed: 0,
         out: RankOutcome::default(),
     };
@@ -1077,8 +1099,8 @@ impl Rank<'_> {
         // Finite, well-formed inputs for the timed calls too.
         let chk = Check::new(plan.coll, dt, op_for_data, root_u, self.nranks, self.seed);
         self.init_data(&chk, counts, in_place, false);
-        // nccl-tests makes one call here; --warmup-each the size's warm-up calls.
-        for _ in 0..if plan.warmup_each { warmup.max(1) } else { 1 } {
+        // nccl-tests makes one call here; --warmup-each and --arrays the size's warm-up calls.
+        for _ in 0..if plan.warmup_each || plan.arrays { warmup.max(1) } else { 1 } {
             self.rewrite_input(dt, root_u, counts, in_place);
             self.start_coll(dt, op, root, counts, in_place);
         }
@@ -1128,6 +1150,34 @@ impl Rank<'_> {
         Measure { time_us: sec * 1e6, algbw, busbw, wrong: (plan.check > 0).then_some(wrong), latencies_us }
     }
 
+    /// --arrays: makes `size`'s send and receive arrays current (allocated on its first
+    /// timing), each of exactly the bytes its calls reach (the misalignment included; in
+    /// place, the receive array holds this rank's input too). The current pair goes back to
+    /// the list under its size; the first pair (64 bytes, no size) is dropped.
+    fn arrays_for(&mut self, size: usize, elt: usize, counts: &Counts) {
+        let host_alloc = self.plan.host_alloc;
+        let ua = self.plan.unalign * elt;
+        let recv_elems = counts
+            .recv
+            .max(counts.send_inplace_offset * self.rank + counts.send)
+            .max(counts.recv_inplace_offset * self.rank + counts.recv);
+        let (send_bytes, recv_bytes) = (ua + counts.send * elt, ua + recv_elems * elt);
+        // (Another data type may need a few bytes more of the same size.)
+        let fits = |(s, send, recv): &(usize, Buf, Buf)| *s == size && send.len >= send_bytes && recv.len >= recv_bytes;
+        let (send, recv) = match self.arrays.iter().position(fits) {
+            Some(k) => {
+                let (_, send, recv) = self.arrays.swap_remove(k);
+                (send, recv)
+            }
+            None => (Buf::new(send_bytes, host_alloc), Buf::new(recv_bytes, host_alloc)),
+        };
+        let old_send = std::mem::replace(&mut self.send, send);
+        let old_recv = std::mem::replace(&mut self.recv, recv);
+        if let Some(old) = self.current_size.replace(size) {
+            self.arrays.push((old, old_send, old_recv));
+        }
+    }
+
     /// Element-wise maximum over ranks: an iteration lasts as long as its slowest rank.
     fn slowest_rank_each(&self, local: &[f64]) -> Vec<f64> {
         local.iter().map(|&v| self.world.allreduce(self.thread, v, Combine::Max)).collect()
@@ -1154,7 +1204,7 @@ impl Rank<'_> {
         let plan = self.plan;
         let elt = dt.size();
         self.world.barrier(self.thread);
-        let mut size = plan.minbytes;
+        let mut size = if plan.arrays { plan.maxbytes.saturating_add(1) } else { plan.minbytes };
         while size <= plan.maxbytes {
             let counts = plan.coll.counts(size / elt, elt, self.nranks);
             let (_, warmup) = plan.schedule(size);
@@ -1177,6 +1227,9 @@ impl Rank<'_> {
                     let _ = std::io::stdout().flush();
                 }
                 let sched = plan.schedule(size);
+                if plan.arrays {
+                    self.arrays_for(size, elt, &counts);
+                }
                 let oop = self.bench_time(dt, op, root, &counts, false, sched);
                 if self.main {
                     print!("{}", oop.cell());
