@@ -233,6 +233,11 @@ mkdir -p "$target/ompi_bench" || die "cannot create $target/ompi_bench"
 obench=$target/ompi_bench/ompi_bench
 echo "# building ompi_bench ($MPICC -O2)"
 "$MPICC" -O2 -Wall -o "$obench" "$here/ompi_bench.c" || die "mpicc failed"
+# The cache-line round trip between CPU 0 and CPU 1 (bench/pingpair.c), before and after each
+# run: a VM's host moves its vCPUs near and far, and data that crosses between ranks every call
+# then moves several times slower (bench/results/vcpu-distance-2026-12-07.md). Best effort.
+pingpair=$target/ompi_bench/pingpair
+[ "$(nproc)" -ge 2 ] && "$MPICC" -O2 -pthread -o "$pingpair" "$here/pingpair.c" 2>/dev/null || pingpair=
 
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -326,15 +331,20 @@ steal_pct() { # "cpu ..." line before, line after
     [ "$tot" -gt 0 ] && echo $(( (100 * (${b[8]:-0} - ${a[8]:-0}) + tot / 2) / tot )) || echo 0
 }
 
+rtt_ns() { [ -n "$pingpair" ] && "$pingpair" 0 1 0.1 2>/dev/null; }
+
 run_logged() { # name cmd...
     local name=$1; shift
     echo "$*" >"$logs/$name.cmd"
     cpu_busy >"$logs/$name.busy"
+    local rtt_before
+    rtt_before=$(rtt_ns)
     local before
     before=$(grep '^cpu ' /proc/stat)
     timeout "$timeout_s" "$@" >"$logs/$name.out" 2>&1
     local rc=$?
     steal_pct "$before" "$(grep '^cpu ' /proc/stat)" >"$logs/$name.steal"
+    [ -n "$rtt_before" ] && echo "$rtt_before $(rtt_ns)" >"$logs/$name.rtt"
     echo "$rc" >"$logs/$name.rc"
     [ "$rc" -eq 0 ] || echo "#   $name: exit status $rc (see the report)"
     return 0
@@ -412,28 +422,30 @@ def best(cands):
 
 runs, failures = [], []
 
-def record_run(base, label, busy, steal):
-    """One program run's host busy and steal shares (appended), and its failure, if it failed
-    (to the failures, as `label: exit status ...` with the output's tail)."""
+def record_run(base, label, busy, steal, rtt):
+    """One program run's host busy and steal shares and CPU 0-1 round trips before and after
+    (appended), and its failure, if it failed (to the failures, as `label: exit status ...` with
+    the output's tail)."""
     busy.append(read(base + ".busy").strip())
     steal.append(read(base + ".steal").strip())
+    rtt.append(read(base + ".rtt").strip())
     rc = read(base + ".rc").strip()
     if rc != "0":
         failures.append(f"{label}: exit status {rc or '?'}; output tail:\n{tail(base + '.out')}")
 def segments(prog, tag, what):
     """One ferroccl-bench sweep's segments (prog-tag-seg0, 1, ...): their results, run headers,
-    and host busy and steal shares; a failed segment goes to the failures."""
-    res, headers, busy, steal = [], [], [], []
+    and host busy and steal shares and round trips; a failed segment goes to the failures."""
+    res, headers, busy, steal, rtt = [], [], [], [], []
     k = 0
     while os.path.exists(os.path.join(logs, f"{prog}-{tag}-seg{k}.cmd")):
         base = os.path.join(logs, f"{prog}-{tag}-seg{k}")
         k += 1
-        record_run(base, f"{what}, `{read(base + '.cmd').strip()}`)", busy, steal)
+        record_run(base, f"{what}, `{read(base + '.cmd').strip()}`)", busy, steal, rtt)
         j = load_json(base + ".json")
         if j:
             headers.append({k2: v for k2, v in j.items() if k2 != "results"})
             res += j.get("results", [])
-    return res, headers, busy, steal
+    return res, headers, busy, steal, rtt
 for n in nps:
     for coll in COLLS:
         reps = []
@@ -441,17 +453,18 @@ for n in nps:
         while os.path.exists(os.path.join(logs, f"ompi-{n}-{coll}-r{r}.cmd")):
             tag = f"{n}-{coll}-r{r}"
             r += 1
-            fres, fjson, busy, steal = segments("ferroccl", tag, f"ferroccl-bench {coll} at {n} ranks (repeat {r}")
+            fres, fjson, busy, steal, rtt = segments("ferroccl", tag, f"ferroccl-bench {coll} at {n} ranks (repeat {r}")
             mres = segments("ferroccl_mem", tag, f"ferroccl-bench --alloc nccl {coll} at {n} ranks (repeat {r}")[0]
             obase = os.path.join(logs, f"ompi-{tag}")
-            record_run(obase, f"ompi_bench {coll} at {n} ranks (repeat {r})", busy, steal)
+            record_run(obase, f"ompi_bench {coll} at {n} ranks (repeat {r})", busy, steal, rtt)
             oj = load_json(obase + ".json") or {}
             wt = read(os.path.join(logs, f"{tag}.wait")).split()
             reps.append({"wait_idle": {"result": wt[0], "waited_s": int(wt[1]), "busy_pct": int(wt[2])} if len(wt) == 3 else None,
                          "ferroccl": fres, "ferroccl_mem": mres, "ompi": oj.get("results", []), "ferroccl_runs": fjson,
                          "ompi_run": {k2: v for k2, v in oj.items() if k2 != "results"},
                          "host_busy_pct": [int(x) for x in busy if x],
-                         "steal_pct": [int(x) for x in steal if x]})
+                         "steal_pct": [int(x) for x in steal if x],
+                         "rtt_ns": [[int(v) for v in x.split()] for x in rtt if x]})
         nrows = max([len(x["ferroccl"]) for x in reps] + [len(x["ompi"]) for x in reps] + [0])
         rows = []
         # Rows pair by position: both programs sweep the same requested sizes in the same order
@@ -482,6 +495,7 @@ for n in nps:
         runs.append({"nranks": n, "collective": coll, "rows": rows,
                      "host_busy_pct": [b for x in reps for b in x["host_busy_pct"]],
                      "steal_pct": [b for x in reps for b in x["steal_pct"]],
+                     "rtt_ns": [b for x in reps for b in x["rtt_ns"]],
                      "wait_idle": [x["wait_idle"] for x in reps],
                      "ferroccl_runs": [x["ferroccl_runs"] for x in reps],
                      "ompi_runs": [x["ompi_run"] for x in reps]})
@@ -629,6 +643,14 @@ for r in runs:
     if st:
         P(f"CPU time stolen by the hypervisor during each run (same order): {', '.join(f'{x}%' for x in st)}"
           + (" -- runs with 10% or more were slowed by other guests" if max(st) >= 10 else ""))
+        P("")
+    rt = r.get("rtt_ns") or []
+    if rt:
+        P("Cache-line round trip between CPU 0 and CPU 1 before / after each run (ns, same order): "
+          + ", ".join("/".join(str(v) for v in x) for x in rt)
+          + (" -- on a VM the host moves its vCPUs: data crossing between ranks every call (slots, "
+             "small messages) runs several times slower in runs at several hundred ns "
+             "(bench/results/vcpu-distance-2026-12-07.md)" if max(max(x) for x in rt) >= 2 * min(min(x) for x in rt) else ""))
         P("")
     mem = any(x["ferroccl_mem"] for x in r["rows"])
     P("| size (B) | ferroccl busbw (GB/s) | Open MPI busbw (GB/s) | ratio | ferroccl time (us) | Open MPI time (us) |"

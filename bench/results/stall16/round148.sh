@@ -20,7 +20,7 @@ before() { [ $(( $(date +%s) - T0 )) -lt $1 ]; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 { cat .dev/build.commit; nproc; grep -m1 'model name' /proc/cpuinfo; uname -r; date -u; cat /sys/kernel/mm/transparent_hugepage/enabled; cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null; ls /sys/kernel/debug/sched 2>/dev/null | head; } > $R/host.txt 2>&1
 mpicc -O2 -o /tmp/ompi_bench bench/ompi_bench.c || echo "ompi_bench build failed"
-gcc -O2 -pthread -o /tmp/pingpair bench/results/vcpu-distance/pingpair.c || echo "pingpair build failed"
+gcc -O2 -pthread -o /tmp/pingpair bench/pingpair.c || echo "pingpair build failed"
 lscpu > $R/lscpu.txt 2>&1; lscpu -e >> $R/lscpu.txt 2>&1
 prow() { echo -n "   pp0 "; for j in $(seq 1 15); do echo -n "$(/tmp/pingpair 0 $j 0.05) "; done; echo; }
 prow > $R/pp-first.txt
