@@ -35,7 +35,7 @@ launch() { local l=$1 bind=$2; shift 2
 }
 statloop > $R/stat.txt 2>&1 & SP=$!
 for i in $(seq 1 14); do
-  before 150 || break
+  before 120 || break
   prow
   [ $i -gt 7 ] && { psloop >> $R/ps.txt 2>&1 & PP=$!; }
   launch def-none-$i none $B all_gather -b 256K -e 256K -n 2000 -w 10 -N 8
@@ -54,7 +54,7 @@ line() {  # label np size program and its arguments
   echo
 }
 for rep in 1 2; do for np in 2 8 16; do for s in 1M 2M 4M 8M; do
-  before 250 || break 3
+  before 170 || break 3
   line def $np $s $B all_reduce
   line heap $np $s -x FERROCCL_SHARE_HEAP=1 $B all_reduce
   line mem $np $s $B all_reduce --alloc nccl
