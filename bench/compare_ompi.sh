@@ -331,7 +331,7 @@ steal_pct() { # "cpu ..." line before, line after
     [ "$tot" -gt 0 ] && echo $(( (100 * (${b[8]:-0} - ${a[8]:-0}) + tot / 2) / tot )) || echo 0
 }
 
-rtt_ns() { [ -n "$pingpair" ] && "$pingpair" 0 1 0.1 2>/dev/null; }
+rtt_ns() { [ -n "$pingpair" ] && timeout 5 "$pingpair" 0 1 0.1 2>/dev/null; }
 
 run_logged() { # name cmd...
     local name=$1; shift
@@ -454,7 +454,9 @@ for n in nps:
             tag = f"{n}-{coll}-r{r}"
             r += 1
             fres, fjson, busy, steal, rtt = segments("ferroccl", tag, f"ferroccl-bench {coll} at {n} ranks (repeat {r}")
-            mres = segments("ferroccl_mem", tag, f"ferroccl-bench --alloc nccl {coll} at {n} ranks (repeat {r}")[0]
+            mseg = segments("ferroccl_mem", tag, f"ferroccl-bench --alloc nccl {coll} at {n} ranks (repeat {r}")
+            mres = mseg[0]
+            rtt += mseg[4]
             obase = os.path.join(logs, f"ompi-{tag}")
             record_run(obase, f"ompi_bench {coll} at {n} ranks (repeat {r})", busy, steal, rtt)
             oj = load_json(obase + ".json") or {}
@@ -646,7 +648,8 @@ for r in runs:
         P("")
     rt = r.get("rtt_ns") or []
     if rt:
-        P("Cache-line round trip between CPU 0 and CPU 1 before / after each run (ns, same order): "
+        P("Cache-line round trip between CPU 0 and CPU 1 before / after each run (ns; ferroccl segments, "
+          "then ferroccl's ncclMemAlloc segments, then Open MPI): "
           + ", ".join("/".join(str(v) for v in x) for x in rt)
           + (" -- on a VM the host moves its vCPUs: data crossing between ranks every call (slots, "
              "small messages) runs several times slower in runs at several hundred ns "

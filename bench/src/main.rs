@@ -130,13 +130,15 @@ struct Args {
     /// call before, which no application whose data changes does.
     #[arg(long = "fresh-inputs")]
     fresh_inputs: bool,
-    /// Time each size in send and receive arrays of its own, of exactly the bytes it needs,
-    /// allocated when the size is first timed (and warmed up before every timing: its -w or
-    /// --tier warm-up calls), as a simulation code passes arrays of its problem's size: from
-    /// glibc's mmap threshold (128 KiB) each is a mapping of its own on 4 KiB pages, where one
-    /// buffer sized for the largest message holds whole 2 MiB regions that may get huge pages.
-    /// No pass over all sizes first. The arrays live until the end (no address is reused, and
-    /// glibc's threshold stays where it was), and later cycles (-N) reuse them.
+    /// Time each size in send and receive arrays of its own, of the bytes it needs (at least
+    /// 64; another data type of the same size may reuse a few bytes more), allocated when the
+    /// size is first timed (and warmed up before every timing: its -w or --tier warm-up calls,
+    /// at least one; so --warmup-each changes nothing), as a simulation code passes arrays of
+    /// its problem's size: from glibc's mmap threshold (128 KiB) each is a mapping of its own on
+    /// 4 KiB pages, where one buffer sized for the largest message holds whole 2 MiB regions
+    /// that may get huge pages. No pass over all sizes first. The arrays live until the end (no
+    /// address is reused, and glibc's threshold stays where it was), and later cycles (-N),
+    /// types, operators and roots reuse them. Sizes must step by a factor (-f), not -i.
     #[arg(long = "arrays")]
     arrays: bool,
     /// Repeat the size sweep this many times (0: forever).
@@ -524,6 +526,11 @@ fn build_plan(args: &Args, nranks: usize) -> Result<Plan, String> {
     }
     if args.minbytes > args.maxbytes {
         return Err(format!("invalid sizes for 'minbytes' and 'maxbytes': {} > {}", args.minbytes, args.maxbytes));
+    }
+    // Every size's arrays are kept: geometric steps keep about twice the largest, linear ones
+    // their sum.
+    if args.arrays && args.stepfactor <= 1 && args.maxbytes > args.minbytes {
+        return Err("--arrays keeps every size's arrays to the end: step sizes with -f (a factor), not -i".into());
     }
     let coll = args.collective;
     let types = if args.datatype == "all" {
@@ -1162,6 +1169,10 @@ impl Rank<'_> {
             .max(counts.send_inplace_offset * self.rank + counts.send)
             .max(counts.recv_inplace_offset * self.rank + counts.recv);
         let (send_bytes, recv_bytes) = (ua + counts.send * elt, ua + recv_elems * elt);
+        // Timed again (another cycle, type, operator or root): the same pair.
+        if self.current_size == Some(size) && self.send.len >= send_bytes && self.recv.len >= recv_bytes {
+            return;
+        }
         // (Another data type may need a few bytes more of the same size.)
         let fits = |(s, send, recv): &(usize, Buf, Buf)| *s == size && send.len >= send_bytes && recv.len >= recv_bytes;
         let (send, recv) = match self.arrays.iter().position(fits) {
@@ -1204,8 +1215,9 @@ impl Rank<'_> {
         let plan = self.plan;
         let elt = dt.size();
         self.world.barrier(self.thread);
-        let mut size = if plan.arrays { plan.maxbytes.saturating_add(1) } else { plan.minbytes };
-        while size <= plan.maxbytes {
+        // --arrays: each size warms up in its own arrays instead (bench_time).
+        let mut size = plan.minbytes;
+        while !plan.arrays && size <= plan.maxbytes {
             let counts = plan.coll.counts(size / elt, elt, self.nranks);
             let (_, warmup) = plan.schedule(size);
             for _ in 0..warmup {

@@ -6,7 +6,7 @@
 #    (-N 8) of 2000 calls of a 256 KiB array, every cycle printed. Per-CPU busy time from
 #    /proc/stat every 50 ms (a CPU idle while 16 ranks poll means two ranks share a core), and
 #    in the second half of the launches a thread snapshot (ps -eLo psr) every 400 ms. Before
-#    each launch, the cache-line round trip from CPU 0 to every other CPU (vcpu-distance/
+#    each launch, the cache-line round trip from CPU 0 to every other CPU (bench/
 #    pingpair.c, 50 ms each): on the 2-core VM the two vCPUs' distance flips between about 130
 #    and 520 ns as the host moves them, and the slot path runs 3.5x slower in the far periods.
 # B: FERROCCL_SHARE_HEAP=1 (opt-in) against the default, ncclMemAlloc and Open MPI in
