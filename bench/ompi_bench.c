@@ -253,7 +253,8 @@ static void bandwidth(enum coll c, size_t param, double sec, double *algbw, doub
 
 static float *sendbuf, *recvbuf;
 
-/* --arrays: every pair allocated, freed at the end. */
+/* Every buffer allocated (one pair, or with --arrays one per collective and size), freed at
+ * the end. */
 static float **kept_arrays;
 static size_t nkept;
 
@@ -456,11 +457,8 @@ int main(int argc, char **argv) {
     if (opt_arrays) {
         if (opt_warmup_pass) die("--arrays warms each size up in its own arrays: no --warmup-pass");
     } else {
-        sendbuf = aligned_alloc(4096, (maxsend * sizeof(float) + 4096) & ~(size_t)4095);
-        recvbuf = aligned_alloc(4096, (maxrecv * sizeof(float) + 4096) & ~(size_t)4095);
-        if (!sendbuf || !recvbuf) die("out of memory");
-        memset(sendbuf, 0, maxsend * sizeof(float));
-        memset(recvbuf, 0, maxrecv * sizeof(float));
+        sendbuf = array_of(maxsend);
+        recvbuf = array_of(maxrecv);
     }
 
     if (rank == 0) {
@@ -595,13 +593,8 @@ int main(int argc, char **argv) {
     }
 
     free(rows);
-    if (opt_arrays) {
-        for (size_t i = 0; i < nkept; i++) free(kept_arrays[i]);
-        free(kept_arrays);
-    } else {
-        free(sendbuf);
-        free(recvbuf);
-    }
+    for (size_t i = 0; i < nkept; i++) free(kept_arrays[i]);
+    free(kept_arrays);
     MPI_Finalize();
     return 0;
 }
