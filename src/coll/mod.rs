@@ -10,6 +10,7 @@
 //! Sits above `comm` (it runs on a communicator's connections); nothing below uses it.
 
 pub mod algo;
+mod captured;
 pub mod device_p2p;
 pub mod estimate;
 pub mod exec;

@@ -27,17 +27,20 @@
 //! With one rank, operations are a device copy or one kernel on the caller's stream; when every
 //! rank uses this host's one GPU, one rank's kernels read and write all ranks' buffers through
 //! CUDA IPC (no staging, [`super::one_gpu`]); otherwise the staged path above runs. The first
-//! two can be captured in a CUDA graph; the staged path cannot (its worker is a host thread).
+//! two can be captured in a CUDA graph, and the staged path too ([`super::captured`]: staging
+//! and a flag of the graph's own, and a host node that hands each replay to the worker).
 //!
 //! Failures are asynchronous: the communicator's async error is set (`ncclCommGetAsyncError`),
 //! and the streams are released all the same, so nothing waits forever on a failed operation.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use super::captured::Captured;
 use super::local_order::LocalOrder;
 use super::progressive::{self, reached, Pieces, StageProgress};
 use super::staging_pool::{staging_size, StagingPool, Taken};
@@ -210,7 +213,7 @@ impl Drop for Claim<'_> {
 }
 
 /// One group's (or call's) device operations, as the worker runs them.
-struct Job {
+pub(super) struct Job {
     seq: u32,
     /// Per communicator, its operations in call order, on staged host copies.
     by_comm: Vec<(Arc<Comm>, Vec<OpRequest>)>,
@@ -228,9 +231,17 @@ struct Job {
 // submitter waits for the job (API contract); the worker is the only user while it runs.
 unsafe impl Send for Job {}
 
+/// What a stream worker is handed: jobs in submission order, and the replays and releases of
+/// operations captured into CUDA graphs ([`captured`]), as CUDA reaches them.
+pub(super) enum ToWorker {
+    Job(Job),
+    Replay(Arc<Captured>),
+    Release(Arc<Captured>),
+}
+
 struct Worker {
     shared: Arc<Shared>,
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::Sender<ToWorker>,
 }
 
 thread_local! {
@@ -259,7 +270,7 @@ fn start_worker() -> Result<Worker> {
         completed: Mutex::new(0),
         completed_changed: Condvar::new(),
     });
-    let (tx, rx) = mpsc::channel::<Job>();
+    let (tx, rx) = mpsc::channel::<ToWorker>();
     let worker_shared = shared.clone();
     std::thread::Builder::new()
         .name("ferroccl-stream".into())
@@ -269,41 +280,100 @@ fn start_worker() -> Result<Worker> {
     Ok(Worker { shared, jobs: tx })
 }
 
-fn worker_loop(shared: &Shared, jobs: mpsc::Receiver<Job>) {
+/// A worker's inbox: the channel, and the jobs taken from it while waiting for an earlier
+/// job's inputs (a replay that job's stream waits behind must run meanwhile).
+struct Inbox {
+    rx: mpsc::Receiver<ToWorker>,
+    pending: VecDeque<Job>,
+}
+
+impl Inbox {
+    /// The next job, running replays and releases that arrive before it. `None`: every sender
+    /// is gone (the thread and its graphs).
+    fn next_job(&mut self) -> Option<Job> {
+        loop {
+            if let Some(job) = self.pending.pop_front() {
+                return Some(job);
+            }
+            match self.rx.recv().ok()? {
+                ToWorker::Job(job) => return Some(job),
+                other => run_other(other),
+            }
+        }
+    }
+
+    /// Runs the replays and releases already sent, keeping jobs for later.
+    fn serve_graphs(&mut self) {
+        while let Ok(msg) = self.rx.try_recv() {
+            match msg {
+                ToWorker::Job(job) => self.pending.push_back(job),
+                other => run_other(other),
+            }
+        }
+    }
+}
+
+/// A replay of a captured operation, run at once (its stream waits for it), or a destroyed
+/// graph's operation, freed here.
+fn run_other(msg: ToWorker) {
+    match msg {
+        ToWorker::Replay(captured) => {
+            let mut ops = captured.ops();
+            if let Err(e) = run_ops(&mut ops, None) {
+                report_failure(&ops, &e);
+            }
+            captured.release();
+        }
+        ToWorker::Release(captured) => {
+            log::debug!(target: "COLL", "a CUDA graph with staged operations was destroyed: its staging is freed");
+            drop(captured)
+        }
+        ToWorker::Job(_) => unreachable!("jobs are queued, not run here"),
+    }
+}
+
+/// Runs staged operations on the host engine (`progress`: one operation staged piece by piece).
+fn run_ops(by_comm: &mut [(Arc<Comm>, Vec<OpRequest>)], progress: Option<&StageProgress>) -> Result<()> {
+    for (comm, reqs) in by_comm.iter_mut() {
+        comm.check_usable("device operation")?;
+        for req in reqs.iter_mut() {
+            read_staged_scalar(req)?;
+        }
+    }
+    match (progress, &*by_comm) {
+        (Some(progress), [(comm, reqs)]) if reqs.len() == 1 => super::run_progressive(comm, &reqs[0], *progress),
+        _ => super::run(by_comm),
+    }
+}
+
+/// A failed device operation's error goes to its communicators (`ncclCommGetAsyncError`).
+fn report_failure(by_comm: &[(Arc<Comm>, Vec<OpRequest>)], e: &Error) {
+    log::warn!(target: "COLL", "device-buffer operation failed: {e}");
+    for (comm, _) in by_comm {
+        comm.set_async_error(e);
+    }
+}
+
+fn worker_loop(shared: &Shared, rx: mpsc::Receiver<ToWorker>) {
     if let Err(e) = driver::make_current(shared.context) {
         log::warn!(target: "INIT", "stream worker: {e}");
     }
-    while let Ok(mut job) = jobs.recv() {
+    let mut inbox = Inbox { rx, pending: VecDeque::new() };
+    while let Some(mut job) = inbox.next_job() {
         let received = Instant::now();
         let received_wall = crate::debug::wall_us();
         let waited = if job.abandoned {
             Err(Error::internal("queuing the device operation on its stream failed (see the caller's error)"))
         } else {
-            wait_ready(shared, &job)
+            wait_ready(shared, &job, &mut inbox)
         };
         let ready = Instant::now();
-        let result = waited.and_then(|()| {
-            for (comm, reqs) in &mut job.by_comm {
-                comm.check_usable("device operation")?;
-                for req in reqs.iter_mut() {
-                    read_staged_scalar(req)?;
-                }
-            }
-            match (&job.progress, job.by_comm.as_slice()) {
-                (Some(progress), [(comm, reqs)]) if reqs.len() == 1 => {
-                    super::run_progressive(comm, &reqs[0], *progress)
-                }
-                _ => super::run(&job.by_comm),
-            }
-        });
+        let result = waited.and_then(|()| run_ops(&mut job.by_comm, job.progress.as_ref()));
         if let Some(progress) = &job.progress {
             progress.release_all();
         }
         if let Err(e) = &result {
-            log::warn!(target: "COLL", "device-buffer operation failed: {e}");
-            for (comm, _) in &job.by_comm {
-                comm.set_async_error(e);
-            }
+            report_failure(&job.by_comm, e);
         }
         // Released before the streams are: the caller's next operation on another stream,
         // queued as soon as this one's stream has passed it, must find these buffers free (a
@@ -329,15 +399,18 @@ fn worker_loop(shared: &Shared, jobs: mpsc::Receiver<Job>) {
     }
 }
 
-/// Waits until every stream of the job has copied its inputs. Gives up when a communicator
-/// of the job is aborted (its streams are then released with the others).
-fn wait_ready(shared: &Shared, job: &Job) -> Result<()> {
+/// Waits until every stream of the job has copied its inputs, running the graph replays that
+/// arrive meanwhile (a stream may reach this job only after a replay queued before it). Gives
+/// up when a communicator of the job is aborted (its streams are then released with the
+/// others).
+fn wait_ready(shared: &Shared, job: &Job, inbox: &mut Inbox) -> Result<()> {
     let start = Instant::now();
     let mut spins = 0u32;
     loop {
         if job.slots.iter().all(|&slot| reached(shared.flags.ready(slot), job.seq)) {
             return Ok(());
         }
+        inbox.serve_graphs();
         if job.by_comm.iter().any(|(c, _)| c.state() == CommState::Aborted) {
             return Err(Error::invalid_usage("communicator was aborted"));
         }
@@ -400,13 +473,12 @@ fn submit_rest(ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<()> {
         drain_current_thread();
         return one_gpu::submit_each(per_comm);
     }
+    let mut capturing = false;
     for (_, req) in &ops {
-        if req.mem.is_device() && req.stream.is_capturing()? {
-            return Err(Error::invalid_usage(
-                "CUDA graph capture of operations that stage device buffers through host memory (ranks on \
-                 other GPUs or hosts, or NCCL_P2P_DISABLE=1) is not supported: run them outside stream capture",
-            ));
-        }
+        capturing |= req.mem.is_device() && req.stream.is_capturing()?;
+    }
+    if capturing {
+        return with_worker(|w| super::captured::capture(ops, w.jobs.clone()));
     }
     let seq = with_worker(|w| enqueue(w, ops))?;
     if has_host {
@@ -597,7 +669,7 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
         abandoned: queued.is_err(),
         progress: None,
     };
-    w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
+    w.jobs.send(ToWorker::Job(job)).map_err(|_| Error::internal("stream worker has stopped"))?;
     queued.map(|()| seq)
 }
 
@@ -707,7 +779,7 @@ fn enqueue_progressive(w: &Worker, comm: Arc<Comm>, req: OpRequest, piece: usize
     // Every flag the stream waits for is set by the worker, whatever happens below: if
     // queuing fails, the job is abandoned (the worker gives up on it) or, on the way back,
     // still runs (its peers need it); either way its staging stays busy.
-    w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
+    w.jobs.send(ToWorker::Job(job)).map_err(|_| Error::internal("stream worker has stopped"))?;
     let handed_over = crate::debug::wall_us();
     // Until the input is queued, leaving this function by any way (an error, or a panic that
     // the FFI boundary catches) abandons the job, so that the worker does not wait for it.
@@ -908,7 +980,7 @@ fn enqueue_chunked(w: &Worker, comm: Arc<Comm>, req: OpRequest, plan: &ChunkPlan
     }
     shared.submitted.store(last, Ordering::Relaxed);
     for job in jobs {
-        w.jobs.send(job).map_err(|_| Error::internal("stream worker has stopped"))?;
+        w.jobs.send(ToWorker::Job(job)).map_err(|_| Error::internal("stream worker has stopped"))?;
     }
     queued.map(|()| last)
 }

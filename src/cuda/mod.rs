@@ -11,11 +11,13 @@
 //! - [`stream`]: stream-ordered copies and memory operations (wait/write a flag);
 //! - [`kernels`]: the reduction and copy kernels, compiled by NVRTC for the running GPU;
 //! - [`batch`]: a group's folds gathered into few launches;
+//! - [`graph`]: host nodes and graph-owned objects for operations captured into CUDA graphs;
 //! - [`vmm`]: ncclMemAlloc's exportable allocations (cuMem*) and their import by peers;
 //! - [`ipc`]: any device buffer as another process on this host finds it.
 
 pub mod batch;
 pub mod driver;
+pub mod graph;
 pub mod ipc;
 pub mod kernels;
 pub mod memory;

@@ -16,7 +16,7 @@ use ferroccl::ffi::coll::{
 use ferroccl::ffi::group::{ncclGroupEnd, ncclGroupStart};
 use ferroccl::ffi::init::{ncclCommDestroy, ncclCommInitAll, ncclCommInitRank};
 use ferroccl::ffi::mem::{ncclMemAlloc, ncclMemFree};
-use ferroccl::ffi::query::{ncclCommGetAsyncError, ncclGetLastError, ncclRedOpCreatePreMulSum};
+use ferroccl::ffi::query::{ncclCommGetAsyncError, ncclGetLastError, ncclRedOpCreatePreMulSum, ncclRedOpDestroy};
 use ferroccl::types::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclScalarResidence_t};
 
 use crate::common::{check, unique_id, with_prepared_ranks, Comm};
@@ -566,6 +566,8 @@ fn gpu_child_rank() {
     } else {
         large_staged_collectives(rank, n, comm);
         back_to_back_staged(rank, n, comm);
+        device_scalar_and_graph(rank, n, comm, false);
+        staged_graphs(rank, n, comm);
     }
     mem_alloc_collectives(rank, n, comm);
     device_p2p(rank, n, comm, !std::env::var("NCCL_P2P_DISABLE").is_ok_and(|v| v.trim() != "0" && !v.is_empty()));
@@ -1123,6 +1125,90 @@ fn back_to_back_staged(rank: usize, n: usize, comm: ncclComm_t) {
         expect_eq(&small_out[k].download(), &sum(k, small), "small staged call between piecewise ones");
         expect_eq(&large_out[k].download(), &sum(0, large), "piecewise staged call between small ones");
     }
+}
+
+/// Staged operations captured into CUDA graphs (coll::captured): a group of an all-reduce
+/// with a device PreMulSum scalar and a broadcast in one graph, a piecewise-sized all-reduce in
+/// another; each replay with new inputs and scalar, and a call queued right behind the replay on
+/// the same stream, which the worker receives before the replay reaches it (it must run the
+/// replay while it waits for that call's inputs). Then the graphs are destroyed (their staging
+/// goes back to the worker) and the communicator works on.
+fn staged_graphs(rank: usize, n: usize, comm: ncclComm_t) {
+    let stream = new_stream();
+    let raw = stream as sys::CUstream;
+    let (small, large) = (4099, (1 << 20) + 5);
+    let a_in = DevBuf::new(small);
+    let a_out = DevBuf::new(small);
+    let b_buf = DevBuf::new(small);
+    let c_in = DevBuf::new(large);
+    let c_out = DevBuf::new(large);
+    let after_in = DevBuf::new(small);
+    let after_out = DevBuf::new(small);
+    let scalar = DevBuf::from(&[0.0f32]);
+    let mut premul = ncclRedOp_t(0);
+    check(ncclRedOpCreatePreMulSum(&mut premul, scalar.p(), F32, ncclScalarResidence_t(0), comm), "premulsum");
+    let capture = |body: &dyn Fn()| -> (sys::CUgraph, sys::CUgraphExec) {
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
+        // SAFETY: the stream is live and not capturing.
+        cu(unsafe { sys::cuStreamBeginCapture_v2(raw, mode) }, "cuStreamBeginCapture");
+        body();
+        let mut graph: sys::CUgraph = std::ptr::null_mut();
+        // SAFETY: capture began above; out-pointer is live.
+        cu(unsafe { sys::cuStreamEndCapture(raw, &mut graph) }, "cuStreamEndCapture");
+        let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+        // SAFETY: graph came from the capture; out-pointer is live.
+        cu(unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) }, "cuGraphInstantiate");
+        (graph, exec)
+    };
+    let root = (n - 1) as i32;
+    let (g1, e1) = capture(&|| {
+        check(ncclGroupStart(), "group start");
+        check(ncclAllReduce(a_in.p(), a_out.p(), small, F32, premul, comm, stream), "captured premulsum all-reduce");
+        check(ncclBroadcast(b_buf.p(), b_buf.p(), small, F32, root, comm, stream), "captured broadcast");
+        check(ncclGroupEnd(), "captured group");
+    });
+    let (g2, e2) = capture(&|| {
+        check(ncclAllReduce(c_in.p(), c_out.p(), large, F32, ncclRedOp_t(0), comm, stream), "captured large")
+    });
+    let value = |r: usize, k: usize, i: usize| ((i % 101) as f32) + (r * 1000 + k * 10_000) as f32;
+    let fill = |b: &DevBuf, v: &dyn Fn(usize) -> f32| b.upload(&(0..b.len).map(v).collect::<Vec<_>>());
+    for k in 0..4 {
+        fill(&a_in, &|i| value(rank, k, i));
+        fill(&b_buf, &|i| value(rank, k + 1, i));
+        fill(&c_in, &|i| value(rank, k + 2, i));
+        fill(&after_in, &|i| value(rank, k + 3, i));
+        let factor = (rank + k + 1) as f32;
+        // SAFETY: the scalar buffer holds one float; the stream is live.
+        cu(unsafe { sys::cuMemsetD32Async(scalar.ptr, factor.to_bits(), 1, raw) }, "memset scalar");
+        // SAFETY: the executables are instantiated graphs; the stream is live.
+        cu(unsafe { sys::cuGraphLaunch(e1, raw) }, "launch group graph");
+        // SAFETY: as above.
+        cu(unsafe { sys::cuGraphLaunch(e2, raw) }, "launch large graph");
+        check(ncclAllReduce(after_in.p(), after_out.p(), small, F32, ncclRedOp_t(0), comm, stream), "after replays");
+        sync(stream);
+        let sum = |count: usize, k: usize, f: &dyn Fn(usize) -> f32| -> Vec<f32> {
+            (0..count).map(|i| (0..n).map(|r| f(r) * value(r, k, i)).sum()).collect()
+        };
+        let want_a = sum(small, k, &|r| (r + k + 1) as f32);
+        expect_eq(&a_out.download(), &want_a, &format!("replay {k}: captured PreMulSum all-reduce"));
+        let want_b: Vec<f32> = (0..small).map(|i| value(n - 1, k + 1, i)).collect();
+        expect_eq(&b_buf.download(), &want_b, &format!("replay {k}: captured broadcast in place"));
+        expect_eq(&c_out.download(), &sum(large, k + 2, &|_| 1.0), &format!("replay {k}: captured large all-reduce"));
+        expect_eq(&after_out.download(), &sum(small, k + 3, &|_| 1.0), &format!("replay {k}: call queued behind it"));
+    }
+    // SAFETY: created above, used no more (the stream is synchronised).
+    unsafe {
+        sys::cuGraphExecDestroy(e1);
+        sys::cuGraphDestroy(g1);
+        sys::cuGraphExecDestroy(e2);
+        sys::cuGraphDestroy(g2);
+    }
+    fill(&after_in, &|i| value(rank, 9, i));
+    check(ncclAllReduce(after_in.p(), after_out.p(), small, F32, ncclRedOp_t(0), comm, stream), "after the graphs");
+    sync(stream);
+    let want: Vec<f32> = (0..small).map(|i| (0..n).map(|r| value(r, 9, i)).sum()).collect();
+    expect_eq(&after_out.download(), &want, "all-reduce after the graphs were destroyed");
+    check(ncclRedOpDestroy(premul, comm), "premulsum destroy");
 }
 
 /// Holds `stream` on a pinned word until it is set to 1 ([`abort_and_release`] sets it).

@@ -1,0 +1,257 @@
+//! Staged operations captured into a CUDA graph.
+//!
+//! Ranks that stage device buffers through host memory (GPUs without peer access, other
+//! hosts, `NCCL_P2P_DISABLE=1`) run each operation on their thread's stream worker
+//! ([`super::stream`]). Its flags count operations, which a graph replaying the same nodes
+//! cannot, and its staging comes from a pool it recycles. A captured operation (or group) gets
+//! staging and a flag of its own instead, and a host node tells the worker when a replay has
+//! copied its inputs:
+//!
+//! ```text
+//! graph:   copy inputs to its staging -> host node: hand the replay to the worker -> wait done == 1 -> done = 0 -> copy outputs back
+//! worker:  run the host engine on the staging -> done = 1
+//! ```
+//!
+//! The graph owns all of it (a CUDA user object): when the graph and its executables are
+//! destroyed, it goes to the worker to be freed there (CUDA's own thread may not call CUDA).
+//! Each replay is one more operation on its communicators, in the order replays reach the
+//! worker, as if the calls were made again; every rank must replay its graphs in the same
+//! order, as with NCCL. A replay copies in, runs and copies out: captured operations are not
+//! cut into pieces that overlap the copies with the transfers.
+//!
+//! Operations captured one after another on one stream run one after another at every replay
+//! (each waits for the worker before the next copies in), so they share staging: a graph of
+//! many calls (nccl-tests `-G` captures `-n` of them, a model's step one per layer) holds
+//! buffers for its largest call, not for each.
+
+use std::cell::RefCell;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{mpsc, Arc, Weak};
+
+use super::local_order::LocalOrder;
+use super::stream::ToWorker;
+use super::{buffer_lengths, OpRequest};
+use crate::comm::Comm;
+use crate::cuda::graph::{self, RelaxedCapture};
+use crate::cuda::memory::{MemKind, Pinned};
+use crate::cuda::stream::Stream;
+use crate::error::{Error, Result};
+
+/// One captured operation or group, owned by its graph.
+pub struct Captured {
+    /// Per communicator, its operations in call order, on the staging below.
+    by_comm: Vec<(Arc<Comm>, Vec<OpRequest>)>,
+    /// Inputs, outputs and device scalars, as the requests above point at them (shared with
+    /// the operations captured before and after it on the stream: [`SharedStaging`]).
+    _staging: Vec<Arc<Pinned>>,
+    /// One word: 1 when the worker has run a replay, set back to 0 by the graph.
+    done: Pinned,
+    to_worker: mpsc::Sender<ToWorker>,
+}
+
+// SAFETY: the requests point into the staging this value owns (never at the caller's memory:
+// device addresses are replaced at capture); the worker is their only user while it runs a
+// replay, and the graph's copies touch the staging only while the worker does not.
+unsafe impl Send for Captured {}
+// SAFETY: as above; shared references only reach the channel and the flag word (atomic).
+unsafe impl Sync for Captured {}
+
+impl Captured {
+    fn done_word(&self) -> &AtomicU32 {
+        // SAFETY: the flag block is at least 4 bytes of page-aligned pinned memory that lives
+        // as long as self; the GPU reads and writes it with 32-bit memory operations.
+        unsafe { &*(self.done.as_ptr() as *const AtomicU32) }
+    }
+
+    /// The requests of one replay (each replay reads its device scalars afresh).
+    pub(super) fn ops(&self) -> Vec<(Arc<Comm>, Vec<OpRequest>)> {
+        self.by_comm.clone()
+    }
+
+    /// Releases the graph's stream for this replay.
+    pub(super) fn release(&self) {
+        self.done_word().store(1, Ordering::Release);
+    }
+}
+
+/// Records `ops`, staged device-buffer operations of one group (or one call), into the graph
+/// their stream is capturing. Nothing runs now; each replay of the graph runs them once.
+pub(super) fn capture(ops: Vec<(Arc<Comm>, OpRequest)>, to_worker: mpsc::Sender<ToWorker>) -> Result<()> {
+    let stream = ops[0].1.stream;
+    if ops.iter().any(|(_, r)| !r.mem.is_device()) {
+        return Err(Error::invalid_usage(
+            "CUDA graph capture of a group that mixes host buffers (which run at the call) with device buffers",
+        ));
+    }
+    if ops.iter().any(|(_, r)| r.stream != stream) {
+        return Err(Error::invalid_usage(
+            "CUDA graph capture of staged operations (ranks on other GPUs or hosts, or NCCL_P2P_DISABLE=1) on more \
+             than one stream in one group: capture each stream's operations in a group of their own",
+        ));
+    }
+    if ops.iter().any(|(c, _)| LocalOrder::staged(c).is_some()) {
+        return Err(Error::invalid_usage(
+            "CUDA graph capture of staged operations by ranks that are threads of one process: their replays could \
+             wait on each other in the context's shared hardware queues; run them outside stream capture",
+        ));
+    }
+    let (capture_id, graph) = stream.capture_info()?;
+    // Pinned memory is allocated mid-capture, which global and thread-local capture forbid.
+    let _relaxed = RelaxedCapture::begin()?;
+    let mut shared = SharedStaging::of(capture_id, stream);
+    let mut staging = Vec::new();
+    let mut staged = Vec::with_capacity(ops.len());
+    // (device destination, staged source, bytes), copied back after the worker's run.
+    let mut copies_out: Vec<(*mut u8, *const u8, usize)> = Vec::new();
+    let mut copies_in: Vec<(*mut u8, *const u8, usize)> = Vec::new();
+    for (comm, req) in ops {
+        let (send_len, recv_len) = buffer_lengths(&req, comm.rank, comm.nranks)?;
+        let mut host = req;
+        host.mem = MemKind::Host;
+        // The host engine never sees a device address, even of a buffer it does not use.
+        host.send = std::ptr::null();
+        host.recv = std::ptr::null_mut();
+        if let Some(at) = req.pre_device {
+            let s = shared.take(8)?;
+            copies_in.push((s.as_ptr(), at as *const u8, req.dtype.size()));
+            host.pre_device = Some(s.as_ptr() as usize);
+            staging.push(s);
+        }
+        if send_len > 0 {
+            let s = shared.take(send_len)?;
+            copies_in.push((s.as_ptr(), req.send, send_len));
+            host.send = s.as_ptr();
+            staging.push(s);
+        }
+        if recv_len > 0 {
+            let s = shared.take(recv_len)?;
+            copies_out.push((req.recv, s.as_ptr(), recv_len));
+            host.recv = s.as_ptr();
+            staging.push(s);
+        }
+        staged.push((comm, host));
+    }
+    let done = Pinned::new(4)?;
+    let done_dev = done.device_ptr()?;
+    shared.keep();
+    let captured = Arc::new(Captured { by_comm: super::by_communicator(staged), _staging: staging, done, to_worker });
+    // The graph holds a reference from here on; the host node below borrows it.
+    let owned = Arc::into_raw(captured.clone()) as *mut c_void;
+    // SAFETY: the graph is this stream's capture, under way on this thread; graph_destroyed
+    // takes back exactly this reference, once.
+    let given = unsafe { graph::give_to_graph(graph, owned, graph_destroyed) };
+    if let Err(e) = given {
+        // SAFETY: the graph did not take the reference (give_to_graph failed or never ran).
+        drop(unsafe { Arc::from_raw(owned as *const Captured) });
+        return Err(e);
+    }
+    // Failures below invalidate the capture (the caller gets the error); the graph it made,
+    // if any, still frees the staging when destroyed.
+    for &(dst, src, len) in &copies_in {
+        // SAFETY: dst is staging the graph owns; src is the caller's device buffer or scalar,
+        // valid whenever the graph runs (API contract, as for any captured call).
+        unsafe { stream.copy(dst, src, len)? };
+    }
+    // SAFETY: replay_reached only borrows the value, which the graph keeps alive for as long as
+    // the node can run.
+    unsafe { stream.launch_host_fn(replay_reached, Arc::as_ptr(&captured) as *mut c_void)? };
+    stream.wait_flag_eq(done_dev, 1)?;
+    stream.write_flag(done_dev, 0)?;
+    for &(dst, src, len) in &copies_out {
+        // SAFETY: as above, for the way back.
+        unsafe { stream.copy(dst, src, len)? };
+    }
+    log::debug!(target: "COLL", "captured {} staged operation(s) into a CUDA graph (capture {capture_id}): each replay \
+        copies their inputs to pinned staging, runs them on the host engine and copies the outputs back",
+        captured.by_comm.iter().map(|(_, r)| r.len()).sum::<usize>());
+    Ok(())
+}
+
+/// The host node of a replay: its inputs are in the staging; the worker runs it.
+unsafe extern "C" fn replay_reached(data: *mut c_void) {
+    let ptr = data as *const Captured;
+    // SAFETY: the graph holds a reference to this value (give_to_graph) for as long as its
+    // nodes can run, so taking one more is sound.
+    let captured = unsafe {
+        Arc::increment_strong_count(ptr);
+        Arc::from_raw(ptr)
+    };
+    let sender = captured.to_worker.clone();
+    if let Err(mpsc::SendError(ToWorker::Replay(c))) = sender.send(ToWorker::Replay(captured)) {
+        // No worker (the process is ending): release the stream rather than hold it for ever.
+        c.release();
+    }
+}
+
+/// The graph's user object was destroyed: the graph and its executables are gone and their
+/// launched work is done. Freed by the worker (this is CUDA's thread, which may not call CUDA).
+unsafe extern "C" fn graph_destroyed(data: *mut c_void) {
+    // SAFETY: this is the reference give_to_graph handed the graph, returned once.
+    let captured = unsafe { Arc::from_raw(data as *const Captured) };
+    let sender = captured.to_worker.clone();
+    if let Err(mpsc::SendError(msg)) = sender.send(ToWorker::Release(captured)) {
+        // No worker to free it on: leak it rather than free pinned memory from here.
+        std::mem::forget(msg);
+    }
+}
+
+/// The staging of the operations captured last on each capturing stream of this thread: the
+/// next operation captured after them in the same capture takes the same buffers (weakly held
+/// here: the graphs own them).
+struct SharedStaging {
+    capture: u64,
+    stream: Stream,
+    buffers: Vec<Weak<Pinned>>,
+    /// Buffers taken by the operation being captured (the next one takes index `taken`).
+    taken: usize,
+}
+
+thread_local! {
+    static LAST_CAPTURED: RefCell<Vec<SharedStaging>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Streams of a thread remembered at most (captures rarely run on more at once).
+const REMEMBERED_STREAMS: usize = 16;
+
+impl SharedStaging {
+    /// What the last operation captured on `stream` in capture `capture` left, or nothing.
+    fn of(capture: u64, stream: Stream) -> SharedStaging {
+        let found = LAST_CAPTURED.with(|l| {
+            let mut l = l.borrow_mut();
+            let at = l.iter().position(|s| s.stream == stream)?;
+            let s = l.remove(at);
+            (s.capture == capture).then_some(s)
+        });
+        found.unwrap_or(SharedStaging { capture, stream, buffers: Vec::new(), taken: 0 })
+    }
+
+    /// A buffer of at least `len` bytes that no other operation of this group uses: the one
+    /// the operation before took at this index, if large enough and still alive.
+    fn take(&mut self, len: usize) -> Result<Arc<Pinned>> {
+        let at = self.taken;
+        self.taken += 1;
+        if let Some(b) = self.buffers.get(at).and_then(Weak::upgrade).filter(|b| b.len() >= len) {
+            return Ok(b);
+        }
+        let b = Arc::new(Pinned::new(len)?);
+        match self.buffers.get_mut(at) {
+            Some(w) => *w = Arc::downgrade(&b),
+            None => self.buffers.push(Arc::downgrade(&b)),
+        }
+        Ok(b)
+    }
+
+    /// Remembered for the next operation captured on the stream.
+    fn keep(mut self) {
+        self.taken = 0;
+        LAST_CAPTURED.with(|l| {
+            let mut l = l.borrow_mut();
+            l.retain(|s| s.buffers.iter().any(|w| w.strong_count() > 0));
+            if l.len() == REMEMBERED_STREAMS {
+                l.remove(0);
+            }
+            l.push(self);
+        });
+    }
+}
