@@ -33,7 +33,7 @@ use super::local_order::LocalOrder;
 use super::stream::ToWorker;
 use super::{buffer_lengths, OpRequest};
 use crate::comm::Comm;
-use crate::cuda::graph::{self, RelaxedCapture};
+use crate::cuda::graph;
 use crate::cuda::memory::{MemKind, Pinned};
 use crate::cuda::stream::Stream;
 use crate::error::{Error, Result};
@@ -97,8 +97,6 @@ pub(super) fn capture(ops: Vec<(Arc<Comm>, OpRequest)>, to_worker: mpsc::Sender<
         ));
     }
     let (capture_id, graph) = stream.capture_info()?;
-    // Pinned memory is allocated mid-capture, which global and thread-local capture forbid.
-    let _relaxed = RelaxedCapture::begin()?;
     let mut shared = SharedStaging::of(capture_id, stream);
     let mut staging = Vec::new();
     let mut staged = Vec::with_capacity(ops.len());

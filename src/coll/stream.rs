@@ -478,9 +478,6 @@ fn submit_rest(ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<()> {
         capturing |= req.mem.is_device() && req.stream.is_capturing()?;
     }
     if capturing {
-        // A thread's first staged call may come under capture: its worker's flags are pinned
-        // memory, which global and thread-local capture forbid allocating.
-        let _relaxed = crate::cuda::graph::RelaxedCapture::begin()?;
         return with_worker(|w| super::captured::capture(ops, w.jobs.clone()));
     }
     let seq = with_worker(|w| enqueue(w, ops))?;

@@ -35,8 +35,18 @@ impl Stream {
             )
         };
         check(res, "cuStreamGetCaptureInfo")?;
-        if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE || graph.is_null() {
-            return Err(Error::invalid_usage("the stream is not being captured (or its capture was invalidated)"));
+        match status {
+            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE if !graph.is_null() => {}
+            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED => {
+                return Err(Error::invalid_usage(
+                    "the stream's capture was invalidated before this call (by an earlier call that capture forbids)",
+                ))
+            }
+            other => {
+                return Err(Error::invalid_usage(format!(
+                    "the stream is not being captured (capture status {other:?}, graph {graph:?})"
+                )))
+            }
         }
         Ok((id, graph))
     }

@@ -208,6 +208,8 @@ impl Pinned {
         }
         let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
         let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
+        // Allowed while a stream of this process is being captured (see Drop).
+        let _relaxed = super::graph::RelaxedCapture::begin()?;
         // SAFETY: CUDA is available; out-pointer is a live local.
         check(unsafe { sys::cuMemHostAlloc(&mut p, len.max(1), flags) }, "cuMemHostAlloc")?;
         // SAFETY: the driver returned len bytes of writable host memory.
@@ -240,6 +242,11 @@ impl Pinned {
 
 impl Drop for Pinned {
     fn drop(&mut self) {
+        // Pinned memory comes and goes while streams may be captured, on this thread (a staged
+        // call under capture) or another (the stream worker freeing a destroyed graph's
+        // staging): in the default modes that call would invalidate the capture, so it is made
+        // in relaxed mode, as NCCL does around its own allocations.
+        let relaxed = super::graph::RelaxedCapture::begin();
         // SAFETY: ptr came from cuMemHostAlloc and is freed once.
         let res = unsafe { sys::cuMemFreeHost(self.ptr as *mut std::ffi::c_void) };
         match res {
@@ -252,6 +259,7 @@ impl Drop for Pinned {
             }
             _ => log::warn!(target: "ALLOC", "cuMemFreeHost failed: {}", driver::describe(res)),
         }
+        drop(relaxed);
     }
 }
 
