@@ -12,8 +12,11 @@
 //! worker:  run the host engine on the staging -> done = 1
 //! ```
 //!
-//! The graph owns all of it (a CUDA user object): when the graph and its executables are
-//! destroyed, it goes to the worker to be freed there (CUDA's own thread may not call CUDA).
+//! The staging and the flag are buffers of the worker's pool (`staging_pool`), held for as
+//! long as the graph lives: the graph owns the operation (a CUDA user object), and when the
+//! graph and its executables are destroyed it goes back to the worker, which returns its
+//! buffers to the pool. Nothing is freed: freeing pinned memory waits for every stream of the
+//! context, one waiting on the worker included.
 //! Each replay is one more operation on its communicators, in the order replays reach the
 //! worker, as if the calls were made again; every rank must replay its graphs in the same
 //! order, as with NCCL. A replay copies in, runs and copies out: captured operations are not
@@ -27,7 +30,7 @@
 use std::cell::RefCell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{mpsc, Arc, Weak};
+use std::sync::{mpsc, Arc};
 
 use super::local_order::LocalOrder;
 use super::stream::ToWorker;
@@ -43,10 +46,11 @@ pub struct Captured {
     /// Per communicator, its operations in call order, on the staging below.
     by_comm: Vec<(Arc<Comm>, Vec<OpRequest>)>,
     /// Inputs, outputs and device scalars, as the requests above point at them (shared with
-    /// the operations captured before and after it on the stream: [`SharedStaging`]).
-    _staging: Vec<Arc<Pinned>>,
+    /// the operations captured before and after it on the stream: [`SharedStaging`]), and the
+    /// flag: pool indices and buffers.
+    staging: Vec<(usize, Arc<Pinned>)>,
     /// One word: 1 when the worker has run a replay, set back to 0 by the graph.
-    done: Pinned,
+    done: Arc<Pinned>,
     to_worker: mpsc::Sender<ToWorker>,
 }
 
@@ -73,11 +77,44 @@ impl Captured {
     pub(super) fn release(&self) {
         self.done_word().store(1, Ordering::Release);
     }
+
+    /// The pool buffers it holds (the flag's included), to give back when its graph is gone.
+    pub(super) fn pool_indices(&self) -> impl Iterator<Item = usize> + '_ {
+        self.staging.iter().map(|&(i, _)| i)
+    }
+}
+
+/// Where captured operations take their buffers: the stream worker's pool.
+pub(super) trait GraphStaging {
+    /// A buffer of at least `len` bytes no one else uses, held for a graph: (pool index, buffer).
+    fn hold_new(&self, len: usize) -> Result<(usize, Arc<Pinned>)>;
+    /// Buffer `index`, already held for this graph, held once more (for another operation).
+    fn hold_again(&self, index: usize) -> Arc<Pinned>;
+    /// One hold of buffer `index` ends.
+    fn release(&self, index: usize);
+}
+
+/// Buffers held for an operation being captured, released unless the graph takes them.
+struct Held<'a> {
+    pool: &'a dyn GraphStaging,
+    list: Vec<(usize, Arc<Pinned>)>,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        for (index, _) in self.list.drain(..) {
+            self.pool.release(index);
+        }
+    }
 }
 
 /// Records `ops`, staged device-buffer operations of one group (or one call), into the graph
 /// their stream is capturing. Nothing runs now; each replay of the graph runs them once.
-pub(super) fn capture(ops: Vec<(Arc<Comm>, OpRequest)>, to_worker: mpsc::Sender<ToWorker>) -> Result<()> {
+pub(super) fn capture(
+    ops: Vec<(Arc<Comm>, OpRequest)>,
+    to_worker: mpsc::Sender<ToWorker>,
+    pool: &dyn GraphStaging,
+) -> Result<()> {
     let stream = ops[0].1.stream;
     if ops.iter().any(|(_, r)| !r.mem.is_device()) {
         return Err(Error::invalid_usage(
@@ -98,7 +135,7 @@ pub(super) fn capture(ops: Vec<(Arc<Comm>, OpRequest)>, to_worker: mpsc::Sender<
     }
     let (capture_id, graph) = stream.capture_info()?;
     let mut shared = SharedStaging::of(capture_id, stream);
-    let mut staging = Vec::new();
+    let mut held = Held { pool, list: Vec::new() };
     let mut staged = Vec::with_capacity(ops.len());
     // (device destination, staged source, bytes), copied back after the worker's run.
     let mut copies_out: Vec<(*mut u8, *const u8, usize)> = Vec::new();
@@ -111,29 +148,33 @@ pub(super) fn capture(ops: Vec<(Arc<Comm>, OpRequest)>, to_worker: mpsc::Sender<
         host.send = std::ptr::null();
         host.recv = std::ptr::null_mut();
         if let Some(at) = req.pre_device {
-            let s = shared.take(8)?;
-            copies_in.push((s.as_ptr(), at as *const u8, req.dtype.size()));
-            host.pre_device = Some(s.as_ptr() as usize);
-            staging.push(s);
+            let s = shared.take(pool, 8)?;
+            copies_in.push((s.1.as_ptr(), at as *const u8, req.dtype.size()));
+            host.pre_device = Some(s.1.as_ptr() as usize);
+            held.list.push(s);
         }
         if send_len > 0 {
-            let s = shared.take(send_len)?;
-            copies_in.push((s.as_ptr(), req.send, send_len));
-            host.send = s.as_ptr();
-            staging.push(s);
+            let s = shared.take(pool, send_len)?;
+            copies_in.push((s.1.as_ptr(), req.send, send_len));
+            host.send = s.1.as_ptr();
+            held.list.push(s);
         }
         if recv_len > 0 {
-            let s = shared.take(recv_len)?;
-            copies_out.push((req.recv, s.as_ptr(), recv_len));
-            host.recv = s.as_ptr();
-            staging.push(s);
+            let s = shared.take(pool, recv_len)?;
+            copies_out.push((req.recv, s.1.as_ptr(), recv_len));
+            host.recv = s.1.as_ptr();
+            held.list.push(s);
         }
         staged.push((comm, host));
     }
-    let done = Pinned::new(4)?;
+    // A flag of its own (never shared: each operation's replay sets and resets it).
+    let (flag_index, done) = pool.hold_new(4)?;
+    held.list.push((flag_index, done.clone()));
     let done_dev = done.device_ptr()?;
-    shared.keep();
-    let captured = Arc::new(Captured { by_comm: super::by_communicator(staged), _staging: staging, done, to_worker });
+    let staging = std::mem::take(&mut held.list);
+    let captured = Arc::new(Captured { by_comm: super::by_communicator(staged), staging, done, to_worker });
+    // A pool buffer may hold anything; no stream or worker uses it now.
+    captured.done_word().store(0, Ordering::Relaxed);
     // The graph holds a reference from here on; the host node below borrows it.
     let owned = Arc::into_raw(captured.clone()) as *mut c_void;
     // SAFETY: the graph is this stream's capture, under way on this thread; graph_destroyed
@@ -142,8 +183,12 @@ pub(super) fn capture(ops: Vec<(Arc<Comm>, OpRequest)>, to_worker: mpsc::Sender<
     if let Err(e) = given {
         // SAFETY: the graph did not take the reference (give_to_graph failed or never ran).
         drop(unsafe { Arc::from_raw(owned as *const Captured) });
+        for index in captured.pool_indices() {
+            pool.release(index);
+        }
         return Err(e);
     }
+    shared.keep();
     // Failures below invalidate the capture (the caller gets the error); the graph it made,
     // if any, still frees the staging when destroyed.
     for &(dst, src, len) in &copies_in {
@@ -195,12 +240,13 @@ unsafe extern "C" fn graph_destroyed(data: *mut c_void) {
 }
 
 /// The staging of the operations captured last on each capturing stream of this thread: the
-/// next operation captured after them in the same capture takes the same buffers (weakly held
-/// here: the graphs own them).
+/// next operation captured after them in the same capture holds the same buffers once more
+/// (the graph being captured holds them all).
 struct SharedStaging {
     capture: u64,
     stream: Stream,
-    buffers: Vec<Weak<Pinned>>,
+    /// (pool index, bytes) by the order operations take them.
+    buffers: Vec<(usize, usize)>,
     /// Buffers taken by the operation being captured (the next one takes index `taken`).
     taken: usize,
 }
@@ -225,19 +271,21 @@ impl SharedStaging {
     }
 
     /// A buffer of at least `len` bytes that no other operation of this group uses: the one
-    /// the operation before took at this index, if large enough and still alive.
-    fn take(&mut self, len: usize) -> Result<Arc<Pinned>> {
+    /// the operation before took at this index, if large enough.
+    fn take(&mut self, pool: &dyn GraphStaging, len: usize) -> Result<(usize, Arc<Pinned>)> {
         let at = self.taken;
         self.taken += 1;
-        if let Some(b) = self.buffers.get(at).and_then(Weak::upgrade).filter(|b| b.len() >= len) {
-            return Ok(b);
+        if let Some(&(index, have)) = self.buffers.get(at) {
+            if have >= len {
+                return Ok((index, pool.hold_again(index)));
+            }
         }
-        let b = Arc::new(Pinned::new(len)?);
+        let (index, b) = pool.hold_new(len)?;
         match self.buffers.get_mut(at) {
-            Some(w) => *w = Arc::downgrade(&b),
-            None => self.buffers.push(Arc::downgrade(&b)),
+            Some(slot) => *slot = (index, b.len()),
+            None => self.buffers.push((index, b.len())),
         }
-        Ok(b)
+        Ok((index, b))
     }
 
     /// Remembered for the next operation captured on the stream.
@@ -245,7 +293,6 @@ impl SharedStaging {
         self.taken = 0;
         LAST_CAPTURED.with(|l| {
             let mut l = l.borrow_mut();
-            l.retain(|s| s.buffers.iter().any(|w| w.strong_count() > 0));
             if l.len() == REMEMBERED_STREAMS {
                 l.remove(0);
             }

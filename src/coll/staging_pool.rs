@@ -18,6 +18,9 @@
 //! nccl-tests does) made the pool grow by a set of pinned buffers per call in flight, each a
 //! millisecond-scale allocation that is never freed.
 //!
+//! Operations captured into CUDA graphs (`captured`) hold their buffers for as long as the
+//! graph lives, and give them back here when it is destroyed.
+//!
 //! Buffers are never freed while the worker lives: freeing pinned memory can wait for every
 //! stream of the context, including one that waits on this library. This module holds only
 //! the bookkeeping; the buffers are whatever `B` is (pinned memory in the library, plain
@@ -40,6 +43,8 @@ struct Entry<B> {
     reusable_on: Option<usize>,
     /// Never taken again: a job gave up while the engine may still write into it.
     retired: bool,
+    /// Captured operations (of live graphs) that use it; taken by nothing else meanwhile.
+    graph_holds: usize,
 }
 
 /// A buffer taken for a job being queued.
@@ -64,7 +69,7 @@ impl<B> StagingPool<B> {
         self.entries
             .iter()
             .enumerate()
-            .filter(|(_, e)| !e.retired && serves(e.len, len))
+            .filter(|(_, e)| !e.retired && e.graph_holds == 0 && serves(e.len, len))
             .filter(|(_, e)| {
                 (same_stream.is_some() && e.reusable_on == same_stream)
                     || (e.held_by.is_none() && e.busy_until.iter().all(|&(s, seq)| reached(out(s), seq)))
@@ -91,8 +96,42 @@ impl<B> StagingPool<B> {
             busy_until: Vec::new(),
             reusable_on: None,
             retired: false,
+            graph_holds: 0,
         });
         self.take(self.entries.len() - 1, job)
+    }
+
+    /// Holds `index` for one more captured operation (a passed buffer found by [`find`], or
+    /// one the graph's operations already share).
+    ///
+    /// [`find`]: StagingPool::find
+    pub fn hold_for_graph(&mut self, index: usize) -> Taken<B> {
+        let e = &mut self.entries[index];
+        e.graph_holds += 1;
+        e.busy_until.clear();
+        e.reusable_on = None;
+        Taken { index, buf: e.buf.clone() }
+    }
+
+    /// Adds a new buffer of `len` bytes, held for a captured operation.
+    pub fn add_for_graph(&mut self, buf: B, len: usize) -> Taken<B> {
+        self.entries.push(Entry {
+            buf: Arc::new(buf),
+            len,
+            held_by: None,
+            busy_until: Vec::new(),
+            reusable_on: None,
+            retired: false,
+            graph_holds: 0,
+        });
+        self.hold_for_graph(self.entries.len() - 1)
+    }
+
+    /// A captured operation that held `index` went with its graph, whose launched work is
+    /// done: free again once no other captured operation holds it.
+    pub fn release_from_graph(&mut self, index: usize) {
+        let e = &mut self.entries[index];
+        e.graph_holds = e.graph_holds.saturating_sub(1);
     }
 
     /// The job that took `index` is handed to the worker: the buffer is busy until the
@@ -161,6 +200,29 @@ mod tests {
     /// Out flags of four streams, all at `seq`.
     fn flags_at(seq: u32) -> impl Fn(usize) -> u32 {
         move |_| seq
+    }
+
+    #[test]
+    fn buffers_held_by_graphs_are_taken_by_nothing_else_until_every_holder_releases_them() {
+        let mut pool = StagingPool::new();
+        let a = pool.add_for_graph((), 4096);
+        // A second operation of the same capture shares it.
+        let again = pool.hold_for_graph(a.index);
+        assert_eq!(again.index, a.index);
+        assert_eq!(pool.find(4096, None, flags_at(0)), None, "held by two captured operations");
+        assert_eq!(pool.find(4096, Some(0), flags_at(0)), None, "not under the same-stream rule either");
+        pool.release_from_graph(a.index);
+        assert_eq!(pool.find(4096, None, flags_at(0)), None, "still held by one");
+        pool.release_from_graph(a.index);
+        assert_eq!(pool.find(4096, None, flags_at(0)), Some(a.index), "free once both graphs are gone");
+        // A job's buffer, passed, may be held for a graph; then no job takes it.
+        let j = pool.add((), 8192, 1);
+        pool.handed_over(j.index, &[(0, 1)], Some(0));
+        pool.finished(j.index, 1, false);
+        assert_eq!(pool.find(8192, None, flags_at(1)), Some(j.index));
+        pool.hold_for_graph(j.index);
+        assert_eq!(pool.find(8192, None, flags_at(1)), None);
+        assert_eq!(pool.find(8192, Some(0), flags_at(1)), None);
     }
 
     #[test]

@@ -40,7 +40,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::captured::Captured;
+use super::captured::{Captured, GraphStaging};
 use super::local_order::LocalOrder;
 use super::progressive::{self, reached, Pieces, StageProgress};
 use super::staging_pool::{staging_size, StagingPool, Taken};
@@ -144,11 +144,42 @@ impl Shared {
         Ok(self.lock_pool().add(mem, size, job))
     }
 
+    /// The pool buffers a destroyed graph's captured operation held are free again.
+    fn release_graph_staging(&self, captured: &Captured) {
+        let mut pool = self.lock_pool();
+        for index in captured.pool_indices() {
+            pool.release_from_graph(index);
+        }
+    }
+
     fn wait_completed(&self, seq: u32) {
         let mut done = self.completed.lock().unwrap_or_else(|p| p.into_inner());
         while !reached(*done, seq) {
             done = self.completed_changed.wait(done).unwrap_or_else(|p| p.into_inner());
         }
+    }
+}
+
+impl GraphStaging for Shared {
+    fn hold_new(&self, len: usize) -> Result<(usize, Arc<Pinned>)> {
+        let mut pool = self.lock_pool();
+        if let Some(i) = pool.find(len, None, |s| self.flags.out(s)) {
+            let t = pool.hold_for_graph(i);
+            return Ok((t.index, t.buf));
+        }
+        drop(pool);
+        let mem = Pinned::new(staging_size(len))?;
+        let size = mem.len();
+        let t = self.lock_pool().add_for_graph(mem, size);
+        Ok((t.index, t.buf))
+    }
+
+    fn hold_again(&self, index: usize) -> Arc<Pinned> {
+        self.lock_pool().hold_for_graph(index).buf
+    }
+
+    fn release(&self, index: usize) {
+        self.lock_pool().release_from_graph(index);
     }
 }
 
@@ -282,12 +313,13 @@ fn start_worker() -> Result<Worker> {
 
 /// A worker's inbox: the channel, and the jobs taken from it while waiting for an earlier
 /// job's inputs (a replay that job's stream waits behind must run meanwhile).
-struct Inbox {
+struct Inbox<'a> {
+    shared: &'a Shared,
     rx: mpsc::Receiver<ToWorker>,
     pending: VecDeque<Job>,
 }
 
-impl Inbox {
+impl Inbox<'_> {
     /// The next job, running replays and releases that arrive before it. `None`: every sender
     /// is gone (the thread and its graphs).
     fn next_job(&mut self) -> Option<Job> {
@@ -297,7 +329,7 @@ impl Inbox {
             }
             match self.rx.recv().ok()? {
                 ToWorker::Job(job) => return Some(job),
-                other => run_other(other),
+                other => run_other(self.shared, other),
             }
         }
     }
@@ -307,26 +339,28 @@ impl Inbox {
         while let Ok(msg) = self.rx.try_recv() {
             match msg {
                 ToWorker::Job(job) => self.pending.push_back(job),
-                other => run_other(other),
+                other => run_other(self.shared, other),
             }
         }
     }
 }
 
 /// A replay of a captured operation, run at once (its stream waits for it), or a destroyed
-/// graph's operation, freed here.
-fn run_other(msg: ToWorker) {
+/// graph's operation, whose buffers go back to the pool.
+fn run_other(shared: &Shared, msg: ToWorker) {
     match msg {
         ToWorker::Replay(captured) => {
             let mut ops = captured.ops();
+            let started = Instant::now();
             if let Err(e) = run_ops(&mut ops, None) {
                 report_failure(&ops, &e);
             }
             captured.release();
+            log::trace!(target: "COLL", "graph replay of {} captured operation(s): host engine {} us", ops.iter().map(|(_, r)| r.len()).sum::<usize>(), started.elapsed().as_micros());
         }
         ToWorker::Release(captured) => {
-            log::debug!(target: "COLL", "a CUDA graph with staged operations was destroyed: its staging is freed");
-            drop(captured)
+            shared.release_graph_staging(&captured);
+            log::debug!(target: "COLL", "a CUDA graph with staged operations was destroyed: its staging is free again");
         }
         ToWorker::Job(_) => unreachable!("jobs are queued, not run here"),
     }
@@ -358,7 +392,7 @@ fn worker_loop(shared: &Shared, rx: mpsc::Receiver<ToWorker>) {
     if let Err(e) = driver::make_current(shared.context) {
         log::warn!(target: "INIT", "stream worker: {e}");
     }
-    let mut inbox = Inbox { rx, pending: VecDeque::new() };
+    let mut inbox = Inbox { shared, rx, pending: VecDeque::new() };
     while let Some(mut job) = inbox.next_job() {
         let received = Instant::now();
         let received_wall = crate::debug::wall_us();
@@ -403,7 +437,7 @@ fn worker_loop(shared: &Shared, rx: mpsc::Receiver<ToWorker>) {
 /// arrive meanwhile (a stream may reach this job only after a replay queued before it). Gives
 /// up when a communicator of the job is aborted (its streams are then released with the
 /// others).
-fn wait_ready(shared: &Shared, job: &Job, inbox: &mut Inbox) -> Result<()> {
+fn wait_ready(shared: &Shared, job: &Job, inbox: &mut Inbox<'_>) -> Result<()> {
     let start = Instant::now();
     let mut spins = 0u32;
     loop {
@@ -478,7 +512,7 @@ fn submit_rest(ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<()> {
         capturing |= req.mem.is_device() && req.stream.is_capturing()?;
     }
     if capturing {
-        return with_worker(|w| super::captured::capture(ops, w.jobs.clone()));
+        return with_worker(|w| super::captured::capture(ops, w.jobs.clone(), &*w.shared));
     }
     let seq = with_worker(|w| enqueue(w, ops))?;
     if has_host {
