@@ -89,6 +89,12 @@ impl<B> StagingPool<B> {
 
     /// Adds a new buffer of `len` bytes, taken for job `job`.
     pub fn add(&mut self, buf: B, len: usize, job: u32) -> Taken<B> {
+        let index = self.push(buf, len);
+        self.take(index, job)
+    }
+
+    /// A new free buffer of `len` bytes; its index.
+    fn push(&mut self, buf: B, len: usize) -> usize {
         self.entries.push(Entry {
             buf: Arc::new(buf),
             len,
@@ -98,7 +104,7 @@ impl<B> StagingPool<B> {
             retired: false,
             graph_holds: 0,
         });
-        self.take(self.entries.len() - 1, job)
+        self.entries.len() - 1
     }
 
     /// Holds `index` for one more captured operation (a passed buffer found by [`find`], or
@@ -115,16 +121,8 @@ impl<B> StagingPool<B> {
 
     /// Adds a new buffer of `len` bytes, held for a captured operation.
     pub fn add_for_graph(&mut self, buf: B, len: usize) -> Taken<B> {
-        self.entries.push(Entry {
-            buf: Arc::new(buf),
-            len,
-            held_by: None,
-            busy_until: Vec::new(),
-            reusable_on: None,
-            retired: false,
-            graph_holds: 0,
-        });
-        self.hold_for_graph(self.entries.len() - 1)
+        let index = self.push(buf, len);
+        self.hold_for_graph(index)
     }
 
     /// A captured operation that held `index` went with its graph, whose launched work is
