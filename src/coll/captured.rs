@@ -17,10 +17,17 @@
 //! graph and its executables are destroyed it goes back to the worker, which returns its
 //! buffers to the pool. Nothing is freed: freeing pinned memory waits for every stream of the
 //! context, one waiting on the worker included.
+//!
 //! Each replay is one more operation on its communicators, in the order replays reach the
-//! worker, as if the calls were made again; every rank must replay its graphs in the same
-//! order, as with NCCL. A replay copies in, runs and copies out: captured operations are not
-//! cut into pieces that overlap the copies with the transfers.
+//! worker, as if the calls were made again. The library does not see graph launches: a replay
+//! is ordered with this thread's other staged calls only by stream order (and events). Every
+//! rank must reach its operations in the same order, so a graph launched on a stream that no
+//! event ties to another stream with staged calls of the same communicator can deadlock the
+//! ranks, and a host-buffer call after a launch must wait for the launch's stream first. A
+//! graph must not run concurrently with itself (two executables of it, or copies of it as
+//! child graphs, on unordered streams): they share one set of staging and one flag. A replay
+//! copies in, runs and copies out: captured operations are not cut into pieces that overlap
+//! the copies with the transfers.
 //!
 //! Operations captured one after another on one stream run one after another at every replay
 //! (each waits for the worker before the next copies in), so they share staging: a graph of
@@ -58,7 +65,8 @@ pub struct Captured {
 // device addresses are replaced at capture); the worker is their only user while it runs a
 // replay, and the graph's copies touch the staging only while the worker does not.
 unsafe impl Send for Captured {}
-// SAFETY: as above; shared references only reach the channel and the flag word (atomic).
+// SAFETY: as above; through shared references the requests and buffer list are only read
+// (never changed after capture), the channel is Sync and the flag word is atomic.
 unsafe impl Sync for Captured {}
 
 impl Captured {
@@ -180,17 +188,13 @@ pub(super) fn capture(
     // SAFETY: the graph is this stream's capture, under way on this thread; graph_destroyed
     // takes back exactly this reference, once.
     let given = unsafe { graph::give_to_graph(graph, owned, graph_destroyed) };
-    if let Err(e) = given {
-        // SAFETY: the graph did not take the reference (give_to_graph failed or never ran).
-        drop(unsafe { Arc::from_raw(owned as *const Captured) });
-        for index in captured.pool_indices() {
-            pool.release(index);
-        }
-        return Err(e);
-    }
+    // On failure the reference stays out, and the buffers held: a user object made before the
+    // failure may still call graph_destroyed with it (a rare leak, never a dangling pointer
+    // or a buffer taken twice).
+    given?;
     shared.keep();
-    // Failures below invalidate the capture (the caller gets the error); the graph it made,
-    // if any, still frees the staging when destroyed.
+    // Failures below invalidate the capture (the caller gets the error and must not launch
+    // what it captured); the graph it made, if any, gives the staging back when destroyed.
     for &(dst, src, len) in &copies_in {
         // SAFETY: dst is staging the graph owns; src is the caller's device buffer or scalar,
         // valid whenever the graph runs (API contract, as for any captured call).
@@ -228,13 +232,14 @@ unsafe extern "C" fn replay_reached(data: *mut c_void) {
 }
 
 /// The graph's user object was destroyed: the graph and its executables are gone and their
-/// launched work is done. Freed by the worker (this is CUDA's thread, which may not call CUDA).
+/// launched work is done. The worker gives its buffers back (this is CUDA's thread, which may
+/// not call CUDA).
 unsafe extern "C" fn graph_destroyed(data: *mut c_void) {
     // SAFETY: this is the reference give_to_graph handed the graph, returned once.
     let captured = unsafe { Arc::from_raw(data as *const Captured) };
     let sender = captured.to_worker.clone();
     if let Err(mpsc::SendError(msg)) = sender.send(ToWorker::Release(captured)) {
-        // No worker to free it on: leak it rather than free pinned memory from here.
+        // No worker to give it to: leak it rather than let anything be freed from here.
         std::mem::forget(msg);
     }
 }

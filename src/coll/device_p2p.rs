@@ -89,7 +89,7 @@ fn pair_applies(comm: &Comm, peer: usize) -> bool {
 /// each. Each send or receive is decided on its own, from what both ranks of its pair agree on
 /// ([`pair_applies`]), never from the rest of the group, so the two ranks always choose alike:
 /// device buffers, outside graph capture (a captured copy would replay its capture's sequence
-/// numbers; the staged path refuses capture with a clear error instead). Sends to this rank
+/// numbers; under capture they take the staged path, `captured`). Sends to this rank
 /// itself are plain copies, taken when the communicator's group holds as many receives from
 /// itself, all on one stream.
 pub fn split(ops: Ops) -> Result<(Ops, Ops)> {

@@ -113,6 +113,7 @@ impl<B> StagingPool<B> {
     /// [`find`]: StagingPool::find
     pub fn hold_for_graph(&mut self, index: usize) -> Taken<B> {
         let e = &mut self.entries[index];
+        debug_assert!(e.held_by.is_none(), "a buffer held by a job is never held for a graph");
         e.graph_holds += 1;
         e.busy_until.clear();
         e.reusable_on = None;
@@ -129,6 +130,7 @@ impl<B> StagingPool<B> {
     /// done: free again once no other captured operation holds it.
     pub fn release_from_graph(&mut self, index: usize) {
         let e = &mut self.entries[index];
+        debug_assert!(e.graph_holds > 0, "released more often than held");
         e.graph_holds = e.graph_holds.saturating_sub(1);
     }
 
@@ -154,7 +156,7 @@ impl<B> StagingPool<B> {
     /// handed over before its copies were queued has queued them whole.
     pub fn allow_same_stream(&mut self, index: usize, slot: usize) {
         let e = &mut self.entries[index];
-        if !e.retired {
+        if !e.retired && e.graph_holds == 0 {
             e.reusable_on = Some(slot);
         }
     }

@@ -20,8 +20,8 @@
 //! that belongs to the calling thread (so one thread's calls keep their order, and ranks that
 //! are threads of one process progress independently). Streams and the worker hand work to
 //! each other through 32-bit flags in pinned host memory with stream memory operations, never
-//! a spinning kernel and never a host callback (a blocked callback would stall every stream of
-//! the process). Work queued after the operation on the stream waits for it; work before it
+//! a spinning kernel and never a host callback that waits (a blocked callback would stall
+//! every stream of the process; a captured operation's host node only sends a message). Work queued after the operation on the stream waits for it; work before it
 //! is finished before its inputs are read.
 //!
 //! With one rank, operations are a device copy or one kernel on the caller's stream; when every
@@ -352,7 +352,10 @@ fn run_other(shared: &Shared, msg: ToWorker) {
         ToWorker::Replay(captured) => {
             let mut ops = captured.ops();
             let started = Instant::now();
-            if let Err(e) = run_ops(&mut ops, None) {
+            // The stream waits for the flag whatever happens: a panic is reported as a failure.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_ops(&mut ops, None)))
+                .unwrap_or_else(|_| Err(Error::internal("the host engine panicked in a graph replay")));
+            if let Err(e) = ran {
                 report_failure(&ops, &e);
             }
             captured.release();
@@ -361,6 +364,12 @@ fn run_other(shared: &Shared, msg: ToWorker) {
         ToWorker::Release(captured) => {
             shared.release_graph_staging(&captured);
             log::debug!(target: "COLL", "a CUDA graph with staged operations was destroyed: its staging is free again");
+            // The operation may hold the last references to its communicators, whose teardown
+            // can wait for streams (CUDA frees), one of which may wait for this worker.
+            let dropped = std::thread::Builder::new().name("ferroccl-graph-drop".into()).spawn(move || drop(captured));
+            if let Err(e) = dropped {
+                log::warn!(target: "COLL", "could not drop a destroyed graph's operation off the stream worker: {e}");
+            }
         }
         ToWorker::Job(_) => unreachable!("jobs are queued, not run here"),
     }

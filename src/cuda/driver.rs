@@ -60,6 +60,11 @@ fn run_probe() -> std::result::Result<Probe, String> {
     Ok(Probe { devices, driver_version })
 }
 
+/// The driver's CUDA version (1000 x major + 10 x minor; 0 without CUDA).
+pub fn driver_version() -> i32 {
+    probe().map_or(0, |p| p.driver_version)
+}
+
 /// The number of devices this process sees (0 without CUDA).
 pub fn device_count() -> i32 {
     probe().map_or(0, |p| p.devices)

@@ -18,6 +18,14 @@ impl Stream {
     /// The capture under way on this stream: its sequence's unique id and the graph it is
     /// building. Fails when the stream is not capturing.
     pub fn capture_info(self) -> Result<(u64, sys::CUgraph)> {
+        // cuStreamGetCaptureInfo_v3 came with CUDA 12.3; cudarc would panic on an older driver.
+        if super::driver::driver_version() < 12030 {
+            return Err(Error::invalid_usage(format!(
+                "CUDA graph capture of staged operations needs a CUDA 12.3 driver or newer (this one is {}.{})",
+                super::driver::driver_version() / 1000,
+                (super::driver::driver_version() % 1000) / 10
+            )));
+        }
         let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         let mut id: sys::cuuint64_t = 0;
         let mut graph: sys::CUgraph = std::ptr::null_mut();
@@ -65,8 +73,9 @@ impl Stream {
 
 /// Hands `graph` one reference to a new user object carrying `data`: when the graph (and
 /// every executable made from it) is destroyed and its launched work is done, CUDA calls
-/// `destroy(data)` on one of its threads. On failure `destroy` is not called; `data` stays the
-/// caller's.
+/// `destroy(data)` on one of its threads. On failure the caller must keep `data` valid for
+/// ever: a user object created before the failure is leaked, and CUDA does not say whether it
+/// ever calls a leaked object's destructor.
 ///
 /// # Safety
 /// `graph` must be the graph of a capture under way on the calling thread's stream, and
@@ -78,8 +87,7 @@ pub unsafe fn give_to_graph(graph: sys::CUgraph, data: *mut c_void, destroy: Hos
     check(unsafe { sys::cuUserObjectCreate(&mut object, data, Some(destroy), 1, flags) }, "cuUserObjectCreate")?;
     let moved = sys::CUuserObjectRetain_flags_enum::CU_GRAPH_USER_OBJECT_MOVE as u32;
     // SAFETY: graph is a capture's graph (caller's contract); the object's one reference
-    // moves to the graph. On failure the reference stays ours and is leaked (a few bytes):
-    // releasing it would call destroy, and data must stay the caller's.
+    // moves to the graph. On failure the reference stays ours and is leaked (a few bytes).
     let res = unsafe { sys::cuGraphRetainUserObject(graph, object, 1, moved) };
     check(res, "cuGraphRetainUserObject")
 }
@@ -104,8 +112,13 @@ impl Drop for RelaxedCapture {
         let mut mode = self.previous;
         // SAFETY: as above; restores the thread's mode from before begin().
         let res = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
-        if res != sys::CUresult::CUDA_SUCCESS {
-            log::warn!(target: "COLL", "restoring the thread's capture mode: {}", super::driver::describe(res));
+        match res {
+            sys::CUresult::CUDA_SUCCESS => {}
+            // At exit, after the driver shut down (pinned buffers freed then come here).
+            sys::CUresult::CUDA_ERROR_DEINITIALIZED | sys::CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED => {
+                log::debug!(target: "COLL", "restoring the thread's capture mode: {}", super::driver::describe(res))
+            }
+            _ => log::warn!(target: "COLL", "restoring the thread's capture mode: {}", super::driver::describe(res)),
         }
     }
 }

@@ -243,9 +243,9 @@ impl Pinned {
 impl Drop for Pinned {
     fn drop(&mut self) {
         // Pinned memory comes and goes while streams may be captured, on this thread (a staged
-        // call under capture) or another (the stream worker freeing a destroyed graph's
-        // staging): in the default modes that call would invalidate the capture, so it is made
-        // in relaxed mode, as NCCL does around its own allocations.
+        // call under capture) or another (a staging pool's buffers freed with their thread):
+        // in the default modes that call would invalidate the capture, so it is made in
+        // relaxed mode, as NCCL does around its own allocations.
         let relaxed = super::graph::RelaxedCapture::begin();
         // SAFETY: ptr came from cuMemHostAlloc and is freed once.
         let res = unsafe { sys::cuMemFreeHost(self.ptr as *mut std::ffi::c_void) };

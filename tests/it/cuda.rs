@@ -1208,6 +1208,38 @@ fn staged_graphs(rank: usize, n: usize, comm: ncclComm_t) {
     sync(stream);
     let want: Vec<f32> = (0..small).map(|i| (0..n).map(|r| value(r, 9, i)).sum()).collect();
     expect_eq(&after_out.download(), &want, "all-reduce after the graphs were destroyed");
+
+    // Two calls captured one after the other on the stream, the second larger: it takes
+    // larger buffers in place of the first's. Capture and destroy cycles give the buffers back
+    // to the pool (when CUDA runs the graph's destructor, soon after the destroy), so the pool
+    // stops growing.
+    let mut pool_bytes = Vec::new();
+    for cycle in 0..6 {
+        let (g, e) = capture(&|| {
+            check(ncclAllReduce(after_in.p(), after_out.p(), small, F32, ncclRedOp_t(0), comm, stream), "first of two");
+            check(ncclAllReduce(c_in.p(), c_out.p(), large, F32, ncclRedOp_t(0), comm, stream), "second, larger");
+        });
+        fill(&after_in, &|i| value(rank, 20 + cycle, i));
+        fill(&c_in, &|i| value(rank, 40 + cycle, i));
+        // SAFETY: e is an instantiated graph; the stream is live.
+        cu(unsafe { sys::cuGraphLaunch(e, raw) }, "launch two-call graph");
+        sync(stream);
+        let sum =
+            |count: usize, k: usize| -> Vec<f32> { (0..count).map(|i| (0..n).map(|r| value(r, k, i)).sum()).collect() };
+        expect_eq(&after_out.download(), &sum(small, 20 + cycle), &format!("cycle {cycle}: first captured call"));
+        expect_eq(&c_out.download(), &sum(large, 40 + cycle), &format!("cycle {cycle}: second captured call"));
+        // SAFETY: created above, used no more (the stream is synchronised).
+        unsafe {
+            sys::cuGraphExecDestroy(e);
+            sys::cuGraphDestroy(g);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        pool_bytes.push(ferroccl::coll::stream::staging_pool_on_current_thread().1);
+    }
+    assert!(
+        pool_bytes[5] <= pool_bytes[2],
+        "rank {rank}: the staging pool grew over capture and destroy cycles: {pool_bytes:?} bytes"
+    );
     check(ncclRedOpDestroy(premul, comm), "premulsum destroy");
 }
 
