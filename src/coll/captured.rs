@@ -40,11 +40,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc};
 
 use super::local_order::LocalOrder;
-use super::stream::ToWorker;
-use super::{buffer_lengths, OpRequest};
+use super::stream::{stage_request, StagingCopy, ToWorker};
+use super::OpRequest;
 use crate::comm::Comm;
 use crate::cuda::graph;
-use crate::cuda::memory::{MemKind, Pinned};
+use crate::cuda::memory::Pinned;
 use crate::cuda::stream::Stream;
 use crate::error::{Error, Result};
 
@@ -146,34 +146,18 @@ pub(super) fn capture(
     let mut held = Held { pool, list: Vec::new() };
     let mut staged = Vec::with_capacity(ops.len());
     // (device destination, staged source, bytes), copied back after the worker's run.
-    let mut copies_out: Vec<(*mut u8, *const u8, usize)> = Vec::new();
-    let mut copies_in: Vec<(*mut u8, *const u8, usize)> = Vec::new();
+    let mut copies_out: Vec<StagingCopy> = Vec::new();
+    let mut copies_in: Vec<StagingCopy> = Vec::new();
     for (comm, req) in ops {
-        let (send_len, recv_len) = buffer_lengths(&req, comm.rank, comm.nranks)?;
-        let mut host = req;
-        host.mem = MemKind::Host;
-        // The host engine never sees a device address, even of a buffer it does not use.
-        host.send = std::ptr::null();
-        host.recv = std::ptr::null_mut();
-        if let Some(at) = req.pre_device {
-            let s = shared.take(pool, 8)?;
-            copies_in.push((s.1.as_ptr(), at as *const u8, req.dtype.size()));
-            host.pre_device = Some(s.1.as_ptr() as usize);
-            held.list.push(s);
-        }
-        if send_len > 0 {
-            let s = shared.take(pool, send_len)?;
-            copies_in.push((s.1.as_ptr(), req.send, send_len));
-            host.send = s.1.as_ptr();
-            held.list.push(s);
-        }
-        if recv_len > 0 {
-            let s = shared.take(pool, recv_len)?;
-            copies_out.push((req.recv, s.1.as_ptr(), recv_len));
-            host.recv = s.1.as_ptr();
-            held.list.push(s);
-        }
-        staged.push((comm, host));
+        let s = stage_request(&comm, req, |len| {
+            let taken = shared.take(pool, len)?;
+            let at = taken.1.as_ptr();
+            held.list.push(taken);
+            Ok(at)
+        })?;
+        copies_in.extend(s.copies_in);
+        copies_out.extend(s.copy_out);
+        staged.push((comm, s.host));
     }
     // A flag of its own (never shared: each operation's replay sets and resets it).
     let (flag_index, done) = pool.hold_new(4)?;

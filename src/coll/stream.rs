@@ -21,8 +21,9 @@
 //! are threads of one process progress independently). Streams and the worker hand work to
 //! each other through 32-bit flags in pinned host memory with stream memory operations, never
 //! a spinning kernel and never a host callback that waits (a blocked callback would stall
-//! every stream of the process; a captured operation's host node only sends a message). Work queued after the operation on the stream waits for it; work before it
-//! is finished before its inputs are read.
+//! every stream of the process; a captured operation's host node only sends a message). Work
+//! queued after the operation on the stream waits for it; work before it is finished before
+//! its inputs are read.
 //!
 //! With one rank, operations are a device copy or one kernel on the caller's stream; when every
 //! rank uses this host's one GPU, one rank's kernels read and write all ranks' buffers through
@@ -135,21 +136,19 @@ impl Shared {
         if let Some(i) = pool.find(len, same_stream, |s| self.flags.out(s)) {
             return Ok(pool.take(i, job));
         }
-        let (count, bytes) = pool.totals();
         drop(pool);
+        let (mem, size) = self.new_staging(len)?;
+        Ok(self.lock_pool().add(mem, size, job))
+    }
+
+    /// A new pinned buffer for `len` bytes, none in the pool serving: the buffer and its size.
+    fn new_staging(&self, len: usize) -> Result<(Pinned, usize)> {
+        let (count, bytes) = self.lock_pool().totals();
         log::debug!(target: "COLL", "staging pool: new pinned buffer of {} bytes for {len} (pool holds {count} \
             buffers, {bytes} bytes, none free and of a serving size)", staging_size(len));
         let mem = Pinned::new(staging_size(len))?;
         let size = mem.len();
-        Ok(self.lock_pool().add(mem, size, job))
-    }
-
-    /// The pool buffers a destroyed graph's captured operation held are free again.
-    fn release_graph_staging(&self, captured: &Captured) {
-        let mut pool = self.lock_pool();
-        for index in captured.pool_indices() {
-            pool.release_from_graph(index);
-        }
+        Ok((mem, size))
     }
 
     fn wait_completed(&self, seq: u32) {
@@ -168,8 +167,7 @@ impl GraphStaging for Shared {
             return Ok((t.index, t.buf));
         }
         drop(pool);
-        let mem = Pinned::new(staging_size(len))?;
-        let size = mem.len();
+        let (mem, size) = self.new_staging(len)?;
         let t = self.lock_pool().add_for_graph(mem, size);
         Ok((t.index, t.buf))
     }
@@ -359,10 +357,14 @@ fn run_other(shared: &Shared, msg: ToWorker) {
                 report_failure(&ops, &e);
             }
             captured.release();
-            log::trace!(target: "COLL", "graph replay of {} captured operation(s): host engine {} us", ops.iter().map(|(_, r)| r.len()).sum::<usize>(), started.elapsed().as_micros());
+            let count: usize = ops.iter().map(|(_, r)| r.len()).sum();
+            log::trace!(target: "COLL", "graph replay of {count} captured operation(s): host engine {} us",
+                started.elapsed().as_micros());
         }
         ToWorker::Release(captured) => {
-            shared.release_graph_staging(&captured);
+            for index in captured.pool_indices() {
+                shared.release(index);
+            }
             log::debug!(target: "COLL", "a CUDA graph with staged operations was destroyed: its staging is free again");
             // The operation may hold the last references to its communicators, whose teardown
             // can wait for streams (CUDA frees), one of which may wait for this worker.
@@ -647,37 +649,19 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
     // (stream, device destination, staged source, bytes) for after the job.
     let mut copies_out: Vec<(Stream, *mut u8, *const u8, usize)> = Vec::new();
     for (comm, req) in ops {
-        let mut host = req;
-        if let Some(at) = req.pre_device {
-            // In stream order: the stream copies the scalar next to the inputs; the worker
-            // reads it once the ready flag says the copies are done.
-            let s = claim.take(8, shared.slot_of(req.stream)?)?;
-            // SAFETY: as for the input copies below; `at` is the user's device scalar.
-            unsafe { req.stream.copy(s.as_ptr(), at as *const u8, req.dtype.size())? };
-            host.pre_device = Some(s.as_ptr() as usize);
+        let s = stage_request(&comm, req, |len| Ok(claim.take(len, shared.slot_of(req.stream)?)?.as_ptr()))?;
+        // In stream order: the stream copies the device scalar and the input before the ready
+        // flag, after which the worker reads them.
+        for &(dst, src, len) in &s.copies_in {
+            // SAFETY: the pool keeps the staging buffer (held by the job, then busy) until the
+            // stream has passed this operation; the source is the caller's device buffer or
+            // scalar, valid per the API contract.
+            unsafe { req.stream.copy(dst, src, len)? };
         }
-        if req.mem.is_device() {
-            let (send_len, recv_len) = buffer_lengths(&req, comm.rank, comm.nranks)?;
-            host.mem = MemKind::Host;
-            // The host engine never sees a device address, even of a buffer it does not use.
-            host.send = std::ptr::null();
-            host.recv = std::ptr::null_mut();
-            let slot = shared.slot_of(req.stream)?;
-            if send_len > 0 {
-                let s = claim.take(send_len, slot)?;
-                // SAFETY: the pool keeps the staging buffer (held by the job, then busy) until
-                // the stream has passed this operation; the source is the caller's device
-                // buffer, valid per the API contract.
-                unsafe { req.stream.copy(s.as_ptr(), req.send, send_len)? };
-                host.send = s.as_ptr();
-            }
-            if recv_len > 0 {
-                let s = claim.take(recv_len, slot)?;
-                host.recv = s.as_ptr();
-                copies_out.push((req.stream, req.recv, s.as_ptr(), recv_len));
-            }
+        if let Some((dst, src, len)) = s.copy_out {
+            copies_out.push((req.stream, dst, src, len));
         }
-        staged.push((comm, host));
+        staged.push((comm, s.host));
     }
     let marks: Vec<(usize, u32)> = streams.iter().map(|&(_, slot)| (slot, seq)).collect();
     let queued = (|| -> Result<()> {
@@ -714,6 +698,53 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
     };
     w.jobs.send(ToWorker::Job(job)).map_err(|_| Error::internal("stream worker has stopped"))?;
     queued.map(|()| seq)
+}
+
+/// A copy the stream makes: destination, source, bytes.
+pub(super) type StagingCopy = (*mut u8, *const u8, usize);
+
+/// The host engine's twin of a request, and the copies its stream makes around the run.
+pub(super) struct StagedRequest {
+    pub host: OpRequest,
+    /// The device scalar, then the input, into staging.
+    pub copies_in: Vec<StagingCopy>,
+    /// The output, out of staging.
+    pub copy_out: Option<StagingCopy>,
+}
+
+/// Puts a request's device buffers and device scalar on staging from `take` (bytes -> a
+/// buffer's address; asked for the scalar, the input, the output, in that order). A host
+/// request comes back as it is.
+pub(super) fn stage_request(
+    comm: &Comm,
+    req: OpRequest,
+    mut take: impl FnMut(usize) -> Result<*mut u8>,
+) -> Result<StagedRequest> {
+    let mut staged = StagedRequest { host: req, copies_in: Vec::new(), copy_out: None };
+    if let Some(at) = req.pre_device {
+        let s = take(8)?;
+        staged.copies_in.push((s, at as *const u8, req.dtype.size()));
+        staged.host.pre_device = Some(s as usize);
+    }
+    if !req.mem.is_device() {
+        return Ok(staged);
+    }
+    let (send_len, recv_len) = buffer_lengths(&req, comm.rank, comm.nranks)?;
+    staged.host.mem = MemKind::Host;
+    // The host engine never sees a device address, even of a buffer it does not use.
+    staged.host.send = std::ptr::null();
+    staged.host.recv = std::ptr::null_mut();
+    if send_len > 0 {
+        let s = take(send_len)?;
+        staged.copies_in.push((s, req.send, send_len));
+        staged.host.send = s;
+    }
+    if recv_len > 0 {
+        let s = take(recv_len)?;
+        staged.host.recv = s;
+        staged.copy_out = Some((req.recv, s, recv_len));
+    }
+    Ok(staged)
 }
 
 /// A staged operation's device-resident PreMulSum scalar, copied by its stream into pinned
