@@ -12,6 +12,12 @@
 //! worker:  run the host engine on the staging -> done = 1
 //! ```
 //!
+//! A single operation of two pieces or more (as the uncaptured path cuts them,
+//! [`super::progressive`]) is replayed piece by piece, so that the copies overlap the
+//! transfers: the host node comes first, the graph then copies each input piece and sets its
+//! landed flag, waits for each output piece's released flag and copies it back, and at the end
+//! sets every flag back to 0 for the next replay.
+//!
 //! The staging and the flag are buffers of the worker's pool (`staging_pool`), held for as
 //! long as the graph lives: the graph owns the operation (a CUDA user object), and when the
 //! graph and its executables are destroyed it goes back to the worker, which returns its
@@ -25,9 +31,7 @@
 //! event ties to another stream with staged calls of the same communicator can deadlock the
 //! ranks, and a host-buffer call after a launch must wait for the launch's stream first. A
 //! graph must not run concurrently with itself (two executables of it, or copies of it as
-//! child graphs, on unordered streams): they share one set of staging and one flag. A replay
-//! copies in, runs and copies out: captured operations are not cut into pieces that overlap
-//! the copies with the transfers.
+//! child graphs, on unordered streams): they share one set of staging and one flag block.
 //!
 //! Operations captured one after another on one stream run one after another at every replay
 //! (each waits for the worker before the next copies in), so they share staging: a graph of
@@ -40,8 +44,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc};
 
 use super::local_order::LocalOrder;
-use super::stream::{stage_request, StagingCopy, ToWorker};
-use super::OpRequest;
+use super::progressive::{self, Pieces, StageProgress};
+use super::stream::{stage_request, ToWorker};
+use super::{buffer_lengths, OpRequest};
 use crate::comm::Comm;
 use crate::cuda::graph;
 use crate::cuda::memory::Pinned;
@@ -56,10 +61,22 @@ pub struct Captured {
     /// the operations captured before and after it on the stream: [`SharedStaging`]), and the
     /// flag: pool indices and buffers.
     staging: Vec<(usize, Arc<Pinned>)>,
-    /// One word: 1 when the worker has run a replay, set back to 0 by the graph.
+    /// The flag block: a word at 0 that is 1 when the worker has run a replay, and for an
+    /// operation staged piece by piece its pieces' flags from [`PIECE_FLAGS_AT`]; the graph sets
+    /// them back to 0 at the end of each replay.
     done: Arc<Pinned>,
+    /// An operation staged piece by piece: its input's and output's pieces.
+    pieces: Option<(Pieces, Pieces)>,
     to_worker: mpsc::Sender<ToWorker>,
 }
+
+/// Where an operation staged piece by piece has its pieces' flags in the flag block (a cache
+/// line away from the done word, which the stream polls).
+const PIECE_FLAGS_AT: usize = 64;
+
+/// The sequence number of every replay: the graph sets each flag to it, or waits for it, and
+/// sets them all back to one less (0) before the replay ends.
+const REPLAY_SEQ: u32 = 1;
 
 // SAFETY: the requests point into the staging this value owns (never at the caller's memory:
 // device addresses are replaced at capture); the worker is their only user while it runs a
@@ -79,6 +96,15 @@ impl Captured {
     /// The requests of one replay (each replay reads its device scalars afresh).
     pub(super) fn ops(&self) -> Vec<(Arc<Comm>, Vec<OpRequest>)> {
         self.by_comm.clone()
+    }
+
+    /// An operation staged piece by piece: the flags its replays exchange with the graph.
+    pub(super) fn progress(&self) -> Option<StageProgress> {
+        let (input, output) = self.pieces?;
+        // SAFETY: the flag block holds PIECE_FLAGS_AT + FLAG_BYTES bytes of page-aligned pinned
+        // memory (see capture) that live as long as self; the graph and the worker access them
+        // only as 32-bit words.
+        Some(unsafe { StageProgress::new(self.done.as_ptr().add(PIECE_FLAGS_AT), REPLAY_SEQ, input, output) })
     }
 
     /// Releases the graph's stream for this replay.
@@ -142,12 +168,21 @@ pub(super) fn capture(
         ));
     }
     let (capture_id, graph) = stream.capture_info()?;
+    let pieces = match ops.as_slice() {
+        [(comm, req)] => {
+            let (send_len, recv_len) = buffer_lengths(req, comm.rank, comm.nranks)?;
+            let piece = super::stream::piece_bytes();
+            super::stream::worth_pieces((send_len, recv_len), piece).then(|| {
+                let es = req.dtype.size();
+                (Pieces::new(send_len, piece, es), Pieces::new(recv_len, piece, es))
+            })
+        }
+        _ => None,
+    };
     let mut shared = SharedStaging::of(capture_id, stream);
     let mut held = Held { pool, list: Vec::new() };
     let mut staged = Vec::with_capacity(ops.len());
-    // (device destination, staged source, bytes), copied back after the worker's run.
-    let mut copies_out: Vec<StagingCopy> = Vec::new();
-    let mut copies_in: Vec<StagingCopy> = Vec::new();
+    let mut requests = Vec::with_capacity(ops.len());
     for (comm, req) in ops {
         let s = stage_request(&comm, req, |len| {
             let taken = shared.take(pool, len)?;
@@ -155,18 +190,22 @@ pub(super) fn capture(
             held.list.push(taken);
             Ok(at)
         })?;
-        copies_in.extend(s.copies_in);
-        copies_out.extend(s.copy_out);
-        staged.push((comm, s.host));
+        staged.push((comm.clone(), s.host));
+        requests.push((comm, s));
     }
-    // A flag of its own (never shared: each operation's replay sets and resets it).
-    let (flag_index, done) = pool.hold_new(4)?;
+    // A flag block of its own (never shared: each operation's replay sets and resets it).
+    let flag_bytes = if pieces.is_some() { PIECE_FLAGS_AT + progressive::FLAG_BYTES } else { 4 };
+    let (flag_index, done) = pool.hold_new(flag_bytes)?;
     held.list.push((flag_index, done.clone()));
     let done_dev = done.device_ptr()?;
     let staging = std::mem::take(&mut held.list);
-    let captured = Arc::new(Captured { by_comm: super::by_communicator(staged), staging, done, to_worker });
+    let captured = Arc::new(Captured { by_comm: super::by_communicator(staged), staging, done, pieces, to_worker });
     // A pool buffer may hold anything; no stream or worker uses it now.
     captured.done_word().store(0, Ordering::Relaxed);
+    let progress = captured.progress();
+    if let Some(progress) = &progress {
+        progress.reset();
+    }
     // The graph holds a reference from here on; the host node below borrows it.
     let owned = Arc::into_raw(captured.clone()) as *mut c_void;
     // SAFETY: the graph is this stream's capture, under way on this thread; graph_destroyed
@@ -179,23 +218,67 @@ pub(super) fn capture(
     shared.keep();
     // Failures below invalidate the capture (the caller gets the error and must not launch
     // what it captured); the graph it made, if any, gives the staging back when destroyed.
-    for &(dst, src, len) in &copies_in {
-        // SAFETY: dst is staging the graph owns; src is the caller's device buffer or scalar,
-        // valid whenever the graph runs (API contract, as for any captured call).
-        unsafe { stream.copy(dst, src, len)? };
-    }
-    // SAFETY: replay_reached only borrows the value, which the graph keeps alive for as long as
-    // the node can run.
-    unsafe { stream.launch_host_fn(replay_reached, Arc::as_ptr(&captured) as *mut c_void)? };
-    stream.wait_flag_eq(done_dev, 1)?;
-    stream.write_flag(done_dev, 0)?;
-    for &(dst, src, len) in &copies_out {
-        // SAFETY: as above, for the way back.
-        unsafe { stream.copy(dst, src, len)? };
+    // The copies below: one side is staging the graph owns, the other the caller's device
+    // buffer or scalar, valid whenever the graph runs (API contract, as for any captured call);
+    // piece ranges lie within both (Pieces cover exactly the buffer's length).
+    match (progress, requests.as_slice()) {
+        (Some(progress), [(comm, s)]) => {
+            // The worker reads the scalar when the replay starts; the input as it lands.
+            if let Some((dst, src, len)) = s.scalar_in {
+                // SAFETY: see above.
+                unsafe { stream.copy(dst, src, len)? };
+            }
+            // SAFETY: replay_reached only borrows the value, which the graph keeps alive for
+            // as long as the node can run.
+            unsafe { stream.launch_host_fn(replay_reached, Arc::as_ptr(&captured) as *mut c_void)? };
+            let flags_dev = done_dev + PIECE_FLAGS_AT as u64;
+            let (input_order, output_order) = super::staged_orders(comm, &s.host, progress.input, progress.output);
+            if let Some((dst, src, _)) = s.input_in {
+                for &k in &input_order {
+                    let (a, b) = progress.input.range(k);
+                    // SAFETY: see above.
+                    unsafe { stream.copy(dst.wrapping_add(a), src.wrapping_add(a), b - a)? };
+                    stream.write_flag(flags_dev + StageProgress::landed_offset(k) as u64, REPLAY_SEQ)?;
+                }
+            }
+            if let Some((dst, src, _)) = s.copy_out {
+                for &k in &output_order {
+                    let (a, b) = progress.output.range(k);
+                    stream.wait_flag(flags_dev + StageProgress::released_offset(k) as u64, REPLAY_SEQ)?;
+                    // SAFETY: see above.
+                    unsafe { stream.copy(dst.wrapping_add(a), src.wrapping_add(a), b - a)? };
+                }
+            }
+            // The staging is the worker's until the replay is done (a send may still read it).
+            stream.wait_flag_eq(done_dev, 1)?;
+            let reset = REPLAY_SEQ - 1;
+            stream.write_flag(done_dev, reset)?;
+            for k in 0..progress.input.count() {
+                stream.write_flag(flags_dev + StageProgress::landed_offset(k) as u64, reset)?;
+            }
+            for k in 0..progress.output.count() {
+                stream.write_flag(flags_dev + StageProgress::released_offset(k) as u64, reset)?;
+            }
+        }
+        _ => {
+            for (dst, src, len) in requests.iter().flat_map(|(_, s)| s.copies_in()) {
+                // SAFETY: see above.
+                unsafe { stream.copy(dst, src, len)? };
+            }
+            // SAFETY: as above.
+            unsafe { stream.launch_host_fn(replay_reached, Arc::as_ptr(&captured) as *mut c_void)? };
+            stream.wait_flag_eq(done_dev, 1)?;
+            stream.write_flag(done_dev, 0)?;
+            for (dst, src, len) in requests.iter().filter_map(|(_, s)| s.copy_out) {
+                // SAFETY: see above.
+                unsafe { stream.copy(dst, src, len)? };
+            }
+        }
     }
     log::debug!(target: "COLL", "captured {} staged operation(s) into a CUDA graph (capture {capture_id}): each replay \
-        copies their inputs to pinned staging, runs them on the host engine and copies the outputs back",
-        captured.by_comm.iter().map(|(_, r)| r.len()).sum::<usize>());
+        copies their inputs to pinned staging{}, runs them on the host engine and copies the outputs back",
+        captured.by_comm.iter().map(|(_, r)| r.len()).sum::<usize>(),
+        if captured.pieces.is_some() { " piece by piece as the engine goes" } else { "" });
     Ok(())
 }
 

@@ -349,12 +349,16 @@ fn run_other(shared: &Shared, msg: ToWorker) {
     match msg {
         ToWorker::Replay(captured) => {
             let mut ops = captured.ops();
+            let progress = captured.progress();
             let started = Instant::now();
-            // The stream waits for the flag whatever happens: a panic is reported as a failure.
-            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_ops(&mut ops, None)))
+            // The stream waits for the flags whatever happens: a panic is reported as a failure.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_ops(&mut ops, progress.as_ref())))
                 .unwrap_or_else(|_| Err(Error::internal("the host engine panicked in a graph replay")));
             if let Err(e) = ran {
                 report_failure(&ops, &e);
+            }
+            if let Some(progress) = &progress {
+                progress.release_all();
             }
             captured.release();
             let count: usize = ops.iter().map(|(_, r)| r.len()).sum();
@@ -652,7 +656,7 @@ fn enqueue(w: &Worker, ops: Vec<(Arc<Comm>, OpRequest)>) -> Result<u32> {
         let s = stage_request(&comm, req, |len| Ok(claim.take(len, shared.slot_of(req.stream)?)?.as_ptr()))?;
         // In stream order: the stream copies the device scalar and the input before the ready
         // flag, after which the worker reads them.
-        for &(dst, src, len) in &s.copies_in {
+        for (dst, src, len) in s.copies_in() {
             // SAFETY: the pool keeps the staging buffer (held by the job, then busy) until the
             // stream has passed this operation; the source is the caller's device buffer or
             // scalar, valid per the API contract.
@@ -706,10 +710,19 @@ pub(super) type StagingCopy = (*mut u8, *const u8, usize);
 /// The host engine's twin of a request, and the copies its stream makes around the run.
 pub(super) struct StagedRequest {
     pub host: OpRequest,
-    /// The device scalar, then the input, into staging.
-    pub copies_in: Vec<StagingCopy>,
+    /// The device scalar, into staging.
+    pub scalar_in: Option<StagingCopy>,
+    /// The input, into staging.
+    pub input_in: Option<StagingCopy>,
     /// The output, out of staging.
     pub copy_out: Option<StagingCopy>,
+}
+
+impl StagedRequest {
+    /// The copies into staging, the scalar first.
+    pub fn copies_in(&self) -> impl Iterator<Item = StagingCopy> + '_ {
+        self.scalar_in.iter().chain(self.input_in.iter()).copied()
+    }
 }
 
 /// Puts a request's device buffers and device scalar on staging from `take` (bytes -> a
@@ -720,10 +733,10 @@ pub(super) fn stage_request(
     req: OpRequest,
     mut take: impl FnMut(usize) -> Result<*mut u8>,
 ) -> Result<StagedRequest> {
-    let mut staged = StagedRequest { host: req, copies_in: Vec::new(), copy_out: None };
+    let mut staged = StagedRequest { host: req, scalar_in: None, input_in: None, copy_out: None };
     if let Some(at) = req.pre_device {
         let s = take(8)?;
-        staged.copies_in.push((s, at as *const u8, req.dtype.size()));
+        staged.scalar_in = Some((s, at as *const u8, req.dtype.size()));
         staged.host.pre_device = Some(s as usize);
     }
     if !req.mem.is_device() {
@@ -736,7 +749,7 @@ pub(super) fn stage_request(
     staged.host.recv = std::ptr::null_mut();
     if send_len > 0 {
         let s = take(send_len)?;
-        staged.copies_in.push((s, req.send, send_len));
+        staged.input_in = Some((s, req.send, send_len));
         staged.host.send = s;
     }
     if recv_len > 0 {
@@ -763,7 +776,7 @@ fn read_staged_scalar(req: &mut OpRequest) -> Result<()> {
 /// 256 KiB; at most [`progressive::MAX_PIECES`] pieces): the host engine starts on the input
 /// as its first piece lands and each output piece goes back once it is final, so the copies
 /// overlap the transfers. An operation smaller than two pieces is staged whole.
-fn piece_bytes() -> usize {
+pub(super) fn piece_bytes() -> usize {
     static PIECE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *PIECE.get_or_init(|| (crate::env::get_bytes("FERROCCL_STAGE_PIECE") as usize).max(4096))
 }
@@ -792,7 +805,7 @@ fn progressive_applies(ops: &[(Arc<Comm>, OpRequest)], piece: usize) -> Result<b
     Ok(req.mem.is_device() && worth_pieces(buffer_lengths(req, comm.rank, comm.nranks)?, piece))
 }
 
-fn worth_pieces((send_len, recv_len): (usize, usize), piece: usize) -> bool {
+pub(super) fn worth_pieces((send_len, recv_len): (usize, usize), piece: usize) -> bool {
     send_len.max(recv_len) >= 2 * piece
 }
 

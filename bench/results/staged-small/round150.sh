@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Round 150 (device machine, 2026-12-07). Build b (.dev/prefix, .dev/it): staged operations
+# replayed piece by piece under CUDA graph capture; build a (.dev/prefix-a, .dev/it-a): the
+# session's starting commit (the review fixes of round 149 not yet run on a GPU).
+# (1) GPU tests of b (cuda::staged_graphs: its 4 MiB all-reduce is now replayed piecewise; the
+# second part, two sizes on one stream over six capture/destroy cycles, runs for the first
+# time); a's GPU tests only if b's fail. (2) nccl-tests -G 10 -c 1 through the staged path
+# (sockets) as in round 149, on b. (3) graph replays, a against b, alternating, 256 KiB-64 MiB,
+# with b's uncaptured calls for reference. (4) Why 8-512 B staged calls take 225-550 us and
+# 4 KiB 90 us: the hand-off's floor without ferroccl (bench/gpu/handoff_floor.cu, 1 and 2
+# processes on the GPU), staged small sizes next to host buffers over the same sockets
+# (ferroccl-bench), and a TRACE timeline.
+set -u
+T0=$(date +%s); R=$OUT/r; BUILD=/tmp/b; mkdir -p $R $BUILD
+el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 NCCL_NVLS_ENABLE=0
+MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi; GEN="-gencode=arch=compute_90,code=sm_90"
+SRC=$PWD/.dev/nccl-tests
+{ echo "b $(cat .dev/build.commit) a $(cat .dev/build-a.commit)"; nproc; grep -m1 'model name' /proc/cpuinfo; nvidia-smi -L; uname -r; date -u; } > $R/host.txt 2>&1
+cat $R/host.txt
+( make -C $SRC -j12 MPI=1 MPI_HOME=$MPI_HOME NCCL_HOME=$PWD/.dev/prefix NVCC_GENCODE="$GEN" BUILDDIR=$BUILD/f >$BUILD/f.log 2>&1; echo "nccl-tests build rc=$?"
+  nvcc -O2 -I$MPI_HOME/include bench/gpu/handoff_floor.cu -lcuda -L$MPI_HOME/lib -lmpi -o $BUILD/handoff_floor > $BUILD/floor.log 2>&1; echo "floor build rc=$?" ) &
+timeout 200 .dev/it cuda --test-threads 1 --skip gpu_processes_staged > $R/gpu-tests-b.txt 2>&1; rc=$?; el "gpu tests b rc=$rc"
+grep -E "^test result|FAILED|panicked" $R/gpu-tests-b.txt | head -20
+wait
+el "built"; tail -2 $BUILD/f.log; tail -3 $BUILD/floor.log
+if [ $rc != 0 ]; then
+  timeout 200 .dev/it-a cuda --test-threads 1 --skip gpu_processes_staged > $R/gpu-tests-a.txt 2>&1; el "gpu tests a rc=$?"
+  grep -E "^test result|FAILED|panicked" $R/gpu-tests-a.txt | head -20
+fi
+F=$BUILD/f
+SOCK="-x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 -x NCCL_SOCKET_IFNAME=lo"
+run() { # label np collective lib extra-args
+  local l=$1 np=$2 t=$3 lib=$4; shift 4
+  timeout 45 mpirun -np $np --bind-to none -x NCCL_TESTS_DEVICE=0 -x LD_LIBRARY_PATH=$PWD/$lib/lib \
+    $SOCK -x NCCL_DEBUG=WARN $F/${t}_perf "$@" > $R/$l-$t-np$np.log 2>&1
+  echo "$l $t np$np rc=$? $(grep -E 'Out of bounds' $R/$l-$t-np$np.log | awk '{print $(NF-1), $NF}') wrong=$(awk '/^ +[0-9]+ /{w+=$9+$13} END{print w+0}' $R/$l-$t-np$np.log)"
+}
+CHK="-b 8 -e 32M -f 8 -c 1 -n 5 -w 2"
+for t in all_reduce all_gather reduce_scatter broadcast; do
+  run graph 2 $t .dev/prefix $CHK -G 10
+done
+run graph 3 all_reduce .dev/prefix $CHK -G 10
+run graph 3 reduce_scatter .dev/prefix -b 1M -e 33M -f 4 -c 1 -n 5 -w 2 -G 10
+el "nccl-tests checks"
+timeout 100 .dev/it cuda::gpu_processes_staged --test-threads 1 > $R/gpu-staged.txt 2>&1; el "staged gpu test rc=$?"
+grep -E "^test |^test result|panicked" $R/gpu-staged.txt | head
+# Replays, a against b (alternating), and b's uncaptured calls.
+T="-b 256K -e 64M -f 4 -c 0 -n 10 -w 3"
+for rep in 1 2; do
+  run rep$rep-a 2 all_reduce .dev/prefix-a $T -G 10
+  run rep$rep-b 2 all_reduce .dev/prefix $T -G 10
+done
+run plain-b 2 all_reduce .dev/prefix $T
+el "replays"
+# Small calls.
+for b in 8 4096; do for np in 1 2; do
+  timeout 20 mpirun -np $np --bind-to none $BUILD/handoff_floor $b 200 > $R/floor-$b-np$np.log 2>&1; echo "floor $b np$np rc=$? $(tail -1 $R/floor-$b-np$np.log)"
+done; done
+run small 2 all_reduce .dev/prefix -b 8 -e 64K -f 2 -c 0 -n 50 -w 10
+timeout 30 mpirun -np 2 --bind-to none $SOCK .dev/fb all_reduce -b 8 -e 64K -f 2 -n 200 -w 20 > $R/host-small.log 2>&1; el "host small rc=$?"
+timeout 30 mpirun -np 2 --bind-to none -x NCCL_TESTS_DEVICE=0 -x LD_LIBRARY_PATH=$PWD/.dev/prefix/lib $SOCK \
+  -x NCCL_DEBUG=TRACE -x NCCL_DEBUG_SUBSYS=COLL $F/all_reduce_perf -b 8 -e 4096 -f 8 -c 0 -n 20 -w 3 > $R/small-trace.log 2>&1; el "trace rc=$?"
+for f in small-all_reduce-np2 host-small rep1-a-all_reduce-np2 rep1-b-all_reduce-np2 rep2-a-all_reduce-np2 rep2-b-all_reduce-np2 plain-b-all_reduce-np2; do
+  echo "== $f"; grep -E "^ +[0-9]+ |WARN" $R/$f.log | awk '{print $1, $6, $10}' | head -20 | tr '\n' ';'; echo
+done
+grep -c "staged job" $R/small-trace.log
+cd $OUT && tar czf r.tgz r && rm -rf r
