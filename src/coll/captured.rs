@@ -5,7 +5,7 @@
 //! ([`super::stream`]). Its flags count operations, which a graph replaying the same nodes
 //! cannot, and its staging comes from a pool it recycles. A captured operation (or group) gets
 //! staging and a flag of its own instead, and a host node tells the worker when a replay has
-//! copied its inputs:
+//! copied its inputs (or, piece by piece, is about to):
 //!
 //! ```text
 //! graph:   copy inputs to its staging -> host node: hand the replay to the worker -> wait done == 1 -> done = 0 -> copy outputs back
@@ -16,7 +16,9 @@
 //! [`super::progressive`]) is replayed piece by piece, so that the copies overlap the
 //! transfers: the host node comes first, the graph then copies each input piece and sets its
 //! landed flag, waits for each output piece's released flag and copies it back, and at the end
-//! sets every flag back to 0 for the next replay.
+//! sets every flag back to 0 for the next replay. A large all-reduce, broadcast or reduce is
+//! first cut into separate operations as the uncaptured path cuts it (so every rank runs the
+//! same operations, whether it captured them or not), each captured as above.
 //!
 //! The staging and the flag are buffers of the worker's pool (`staging_pool`), held for as
 //! long as the graph lives: the graph owns the operation (a CUDA user object), and when the
@@ -50,7 +52,7 @@ use super::{buffer_lengths, OpRequest};
 use crate::comm::Comm;
 use crate::cuda::graph;
 use crate::cuda::memory::Pinned;
-use crate::cuda::stream::Stream;
+use crate::cuda::stream::{FlagOp, Stream};
 use crate::error::{Error, Result};
 
 /// One captured operation or group, owned by its graph.
@@ -80,10 +82,12 @@ const REPLAY_SEQ: u32 = 1;
 
 // SAFETY: the requests point into the staging this value owns (never at the caller's memory:
 // device addresses are replaced at capture); the worker is their only user while it runs a
-// replay, and the graph's copies touch the staging only while the worker does not.
+// replay, and the graph's copies touch the staging only while the worker does not, or (piece
+// by piece) only input pieces not yet flagged landed, which no step reads before, and output
+// pieces released, which no step writes after.
 unsafe impl Send for Captured {}
 // SAFETY: as above; through shared references the requests and buffer list are only read
-// (never changed after capture), the channel is Sync and the flag word is atomic.
+// (never changed after capture), the channel is Sync and the flag block's words are atomic.
 unsafe impl Sync for Captured {}
 
 impl Captured {
@@ -107,8 +111,12 @@ impl Captured {
         Some(unsafe { StageProgress::new(self.done.as_ptr().add(PIECE_FLAGS_AT), REPLAY_SEQ, input, output) })
     }
 
-    /// Releases the graph's stream for this replay.
+    /// Releases the graph's stream for this replay: every output piece, then the done word
+    /// (after the run, or when it failed or could not start).
     pub(super) fn release(&self) {
+        if let Some(progress) = self.progress() {
+            progress.release_all();
+        }
         self.done_word().store(1, Ordering::Release);
     }
 
@@ -167,6 +175,37 @@ pub(super) fn capture(
              wait on each other in the context's shared hardware queues; run them outside stream capture",
         ));
     }
+    if let [(comm, req)] = ops.as_slice() {
+        if let Some(ranges) = super::stream::separate_ranges(req) {
+            // Cut as an uncaptured call is (every rank runs the same operations, whichever
+            // captured them): separate operations, one after another, each replayed piece by
+            // piece.
+            let es = req.dtype.size();
+            for (a, b) in ranges {
+                let mut part = *req;
+                part.count = b - a;
+                // Offsets only into buffers the operation has (a non-root's may be null).
+                if !req.send.is_null() {
+                    part.send = req.send.wrapping_add(a * es);
+                }
+                if !req.recv.is_null() {
+                    part.recv = req.recv.wrapping_add(a * es);
+                }
+                capture_one(vec![(comm.clone(), part)], to_worker.clone(), pool)?;
+            }
+            return Ok(());
+        }
+    }
+    capture_one(ops, to_worker, pool)
+}
+
+/// [`capture`] for one operation or group as the worker will run it.
+fn capture_one(
+    ops: Vec<(Arc<Comm>, OpRequest)>,
+    to_worker: mpsc::Sender<ToWorker>,
+    pool: &dyn GraphStaging,
+) -> Result<()> {
+    let stream = ops[0].1.stream;
     let (capture_id, graph) = stream.capture_info()?;
     let pieces = match ops.as_slice() {
         [(comm, req)] => {
@@ -252,13 +291,16 @@ pub(super) fn capture(
             // The staging is the worker's until the replay is done (a send may still read it).
             stream.wait_flag_eq(done_dev, 1)?;
             let reset = REPLAY_SEQ - 1;
-            stream.write_flag(done_dev, reset)?;
-            for k in 0..progress.input.count() {
-                stream.write_flag(flags_dev + StageProgress::landed_offset(k) as u64, reset)?;
-            }
-            for k in 0..progress.output.count() {
-                stream.write_flag(flags_dev + StageProgress::released_offset(k) as u64, reset)?;
-            }
+            let mut resets = vec![FlagOp::Write(done_dev, reset)];
+            resets.extend(
+                (0..progress.input.count())
+                    .map(|k| FlagOp::Write(flags_dev + StageProgress::landed_offset(k) as u64, reset)),
+            );
+            resets.extend(
+                (0..progress.output.count())
+                    .map(|k| FlagOp::Write(flags_dev + StageProgress::released_offset(k) as u64, reset)),
+            );
+            stream.flag_ops(&resets, true)?;
         }
         _ => {
             for (dst, src, len) in requests.iter().flat_map(|(_, s)| s.copies_in()) {

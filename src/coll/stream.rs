@@ -357,9 +357,6 @@ fn run_other(shared: &Shared, msg: ToWorker) {
             if let Err(e) = ran {
                 report_failure(&ops, &e);
             }
-            if let Some(progress) = &progress {
-                progress.release_all();
-            }
             captured.release();
             let count: usize = ops.iter().map(|(_, r)| r.len()).sum();
             log::trace!(target: "COLL", "graph replay of {count} captured operation(s): host engine {} us",
@@ -950,6 +947,12 @@ fn separate_pieces_min() -> usize {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct ChunkPlan {
     ranges: Vec<(usize, usize)>,
+}
+
+/// The element ranges a large staged operation is run as separate operations on
+/// ([`chunk_plan`]), if it is.
+pub(super) fn separate_ranges(req: &OpRequest) -> Option<Vec<(usize, usize)>> {
+    chunk_plan(req, separate_piece_bytes()).map(|plan| plan.ranges)
 }
 
 /// Every rank plans alike: the plan depends only on the operation, count and type.

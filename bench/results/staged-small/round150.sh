@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Round 150 (device machine, 2026-12-07). Build b (.dev/prefix, .dev/it): staged operations
-# replayed piece by piece under CUDA graph capture; build a (.dev/prefix-a, .dev/it-a): the
+# replayed piece by piece under CUDA graph capture, and from 32 MiB cut into separate operations
+# as uncaptured calls are (nccl-tests' 32 MiB all_reduce and broadcast below); build a (.dev/prefix-a, .dev/it-a): the
 # session's starting commit (the review fixes of round 149 not yet run on a GPU).
 # (1) GPU tests of b (cuda::staged_graphs: its 4 MiB all-reduce is now replayed piecewise; the
 # second part, two sizes on one stream over six capture/destroy cycles, runs for the first
