@@ -31,15 +31,17 @@ if [ $rc != 0 ]; then
 fi
 F=$BUILD/f
 SOCK="-x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 -x NCCL_SOCKET_IFNAME=lo"
-run() { # label np collective lib extra-args
+run() { # label np collective lib extra-args; returns nonzero on a failed run or a wrong value
   local l=$1 np=$2 t=$3 lib=$4; shift 4
   timeout 45 mpirun -np $np --bind-to none -x NCCL_TESTS_DEVICE=0 -x LD_LIBRARY_PATH=$PWD/$lib/lib \
     $SOCK -x NCCL_DEBUG=WARN $F/${t}_perf "$@" > $R/$l-$t-np$np.log 2>&1
-  echo "$l $t np$np rc=$? $(grep -E 'Out of bounds' $R/$l-$t-np$np.log | awk '{print $(NF-1), $NF}') wrong=$(awk '/^ +[0-9]+ /{w+=$9+$13} END{print w+0}' $R/$l-$t-np$np.log)"
+  local rc=$? wrong=$(awk '/^ +[0-9]+ /{w+=$9+$13} END{print w+0}' $R/$l-$t-np$np.log)
+  echo "$l $t np$np rc=$rc $(grep -E 'Out of bounds' $R/$l-$t-np$np.log | awk '{print $(NF-1), $NF}') wrong=$wrong"
+  [ $rc = 0 ] && [ "$wrong" = 0 ]
 }
 CHK="-b 8 -e 32M -f 8 -c 1 -n 5 -w 2"
 for t in all_reduce all_gather reduce_scatter broadcast; do
-  run graph 2 $t .dev/prefix $CHK -G 10
+  run graph 2 $t .dev/prefix $CHK -G 10 || run graph-a 2 $t .dev/prefix-a $CHK -G 10
 done
 run graph 3 all_reduce .dev/prefix $CHK -G 10
 run graph 3 reduce_scatter .dev/prefix -b 1M -e 33M -f 4 -c 1 -n 5 -w 2 -G 10
