@@ -47,7 +47,7 @@ use std::sync::{mpsc, Arc};
 
 use super::local_order::LocalOrder;
 use super::progressive::{self, Pieces, StageProgress};
-use super::stream::{stage_request, ToWorker};
+use super::stream::{queue_input_pieces, queue_output_pieces, stage_request, ToWorker};
 use super::{buffer_lengths, OpRequest};
 use crate::comm::Comm;
 use crate::cuda::graph;
@@ -273,20 +273,14 @@ fn capture_one(
             let flags_dev = done_dev + PIECE_FLAGS_AT as u64;
             let (input_order, output_order) = super::staged_orders(comm, &s.host, progress.input, progress.output);
             if let Some((dst, src, _)) = s.input_in {
-                for &k in &input_order {
-                    let (a, b) = progress.input.range(k);
-                    // SAFETY: see above.
-                    unsafe { stream.copy(dst.wrapping_add(a), src.wrapping_add(a), b - a)? };
-                    stream.write_flag(flags_dev + StageProgress::landed_offset(k) as u64, REPLAY_SEQ)?;
-                }
+                // SAFETY: see above.
+                unsafe { queue_input_pieces(stream, (dst, src), progress.input, &input_order, flags_dev, REPLAY_SEQ)? };
             }
             if let Some((dst, src, _)) = s.copy_out {
-                for &k in &output_order {
-                    let (a, b) = progress.output.range(k);
-                    stream.wait_flag(flags_dev + StageProgress::released_offset(k) as u64, REPLAY_SEQ)?;
-                    // SAFETY: see above.
-                    unsafe { stream.copy(dst.wrapping_add(a), src.wrapping_add(a), b - a)? };
-                }
+                // SAFETY: see above.
+                unsafe {
+                    queue_output_pieces(stream, (dst, src), progress.output, &output_order, flags_dev, REPLAY_SEQ)?
+                };
             }
             // The staging is the worker's until the replay is done (a send may still read it).
             stream.wait_flag_eq(done_dev, 1)?;

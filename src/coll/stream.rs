@@ -879,12 +879,8 @@ fn enqueue_progressive(w: &Worker, comm: Arc<Comm>, req: OpRequest, piece: usize
         }
         stream.write_flag(shared.flags.ready_addr(slot), seq)?;
         if let Some(base) = send_base {
-            for &k in &input_order {
-                let (a, b) = input.range(k);
-                // SAFETY: see above.
-                unsafe { stream.copy(base.wrapping_add(a), req.send.wrapping_add(a), b - a)? };
-                stream.write_flag(flags_dev + StageProgress::landed_offset(k) as u64, seq)?;
-            }
+            // SAFETY: see above.
+            unsafe { queue_input_pieces(stream, (base, req.send), input, &input_order, flags_dev, seq)? };
         }
         Ok(())
     })();
@@ -892,12 +888,8 @@ fn enqueue_progressive(w: &Worker, comm: Arc<Comm>, req: OpRequest, piece: usize
     unqueued.0 = None;
     order.publish_and_wait()?;
     if let Some(base) = recv_base {
-        for &k in &output_order {
-            let (a, b) = output.range(k);
-            stream.wait_flag(flags_dev + StageProgress::released_offset(k) as u64, seq)?;
-            // SAFETY: see above, for the way back.
-            unsafe { stream.copy(req.recv.wrapping_add(a), base.wrapping_add(a), b - a)? };
-        }
+        // SAFETY: see above, for the way back.
+        unsafe { queue_output_pieces(stream, (req.recv, base), output, &output_order, flags_dev, seq)? };
     }
     // The staging is the worker's until the job is done (a send may still read it).
     stream.wait_flag(shared.flags.done_addr(), seq)?;
@@ -911,6 +903,52 @@ fn enqueue_progressive(w: &Worker, comm: Arc<Comm>, req: OpRequest, piece: usize
     log::trace!(target: "COLL", "staged job {seq}: enqueue began @{began}, handed to the worker @{handed_over}, \
         queued @{} (wall us)", crate::debug::wall_us());
     Ok(seq)
+}
+
+/// Queues an input's copy into staging piece by piece, in `order`, each piece followed by its
+/// landed flag (in the flag block at device address `flags`) set to `seq`.
+///
+/// # Safety
+/// `staging` and `src` (destination, source) are valid for `input.len` bytes for as long as
+/// the stream may run the copies.
+pub(super) unsafe fn queue_input_pieces(
+    stream: Stream,
+    (staging, src): (*mut u8, *const u8),
+    input: Pieces,
+    order: &[usize],
+    flags: u64,
+    seq: u32,
+) -> Result<()> {
+    for &k in order {
+        let (a, b) = input.range(k);
+        // SAFETY: the range lies within both buffers (caller's contract; Pieces cover len).
+        unsafe { stream.copy(staging.wrapping_add(a), src.wrapping_add(a), b - a)? };
+        stream.write_flag(flags + StageProgress::landed_offset(k) as u64, seq)?;
+    }
+    Ok(())
+}
+
+/// Queues, per output piece in `order`, a wait for its released flag to reach `seq` and its
+/// copy back from staging.
+///
+/// # Safety
+/// `dst` and `staging` (destination, source) are valid for `output.len` bytes for as long as
+/// the stream may run the copies.
+pub(super) unsafe fn queue_output_pieces(
+    stream: Stream,
+    (dst, staging): (*mut u8, *const u8),
+    output: Pieces,
+    order: &[usize],
+    flags: u64,
+    seq: u32,
+) -> Result<()> {
+    for &k in order {
+        let (a, b) = output.range(k);
+        stream.wait_flag(flags + StageProgress::released_offset(k) as u64, seq)?;
+        // SAFETY: the range lies within both buffers (caller's contract; Pieces cover len).
+        unsafe { stream.copy(dst.wrapping_add(a), staging.wrapping_add(a), b - a)? };
+    }
+    Ok(())
 }
 
 /// Abandons a staged operation when dropped while still armed (see `enqueue_progressive`).

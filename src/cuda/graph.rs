@@ -19,11 +19,12 @@ impl Stream {
     /// building. Fails when the stream is not capturing.
     pub fn capture_info(self) -> Result<(u64, sys::CUgraph)> {
         // cuStreamGetCaptureInfo_v3 came with CUDA 12.3; cudarc would panic on an older driver.
-        if super::driver::driver_version() < 12030 {
+        let driver = super::driver::driver_version();
+        if driver < 12030 {
             return Err(Error::invalid_usage(format!(
                 "CUDA graph capture of staged operations needs a CUDA 12.3 driver or newer (this one is {}.{})",
-                super::driver::driver_version() / 1000,
-                (super::driver::driver_version() % 1000) / 10
+                driver / 1000,
+                (driver % 1000) / 10
             )));
         }
         let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
