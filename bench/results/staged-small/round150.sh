@@ -68,4 +68,21 @@ for f in small-all_reduce-np2 host-small rep1-a-all_reduce-np2 rep1-b-all_reduce
   echo "== $f"; grep -E "^ +[0-9]+ |WARN" $R/$f.log | awk '{print $1, $6, $10}' | head -20 | tr '\n' ';'; echo
 done
 grep -c "staged job" $R/small-trace.log
+# Under MPS (one GPU context for both processes), if time is left: does the hand-off floor of
+# two processes, and the small staged calls, come down to one process's?
+if [ $(( $(date +%s) - T0 )) -lt 440 ]; then
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog; mkdir -p /tmp/mps /tmp/mpslog
+  nvidia-cuda-mps-control -d; echo "mps up rc=$?"
+  for b in 8 4096; do
+    timeout 20 mpirun -np 2 --bind-to none -x CUDA_MPS_PIPE_DIRECTORY $BUILD/handoff_floor $b 200 > $R/floor-$b-np2-mps.log 2>&1; echo "floor mps $b np2 rc=$? $(tail -1 $R/floor-$b-np2-mps.log)"
+  done
+  timeout 30 mpirun -np 2 --bind-to none -x CUDA_MPS_PIPE_DIRECTORY -x NCCL_TESTS_DEVICE=0 -x LD_LIBRARY_PATH=$PWD/.dev/prefix/lib $SOCK \
+    -x NCCL_DEBUG=WARN $F/all_reduce_perf -b 8 -e 64K -f 2 -c 0 -n 50 -w 10 > $R/small-mps.log 2>&1; el "small mps rc=$?"
+  timeout 45 mpirun -np 2 --bind-to none -x CUDA_MPS_PIPE_DIRECTORY -x NCCL_TESTS_DEVICE=0 -x LD_LIBRARY_PATH=$PWD/.dev/prefix/lib $SOCK \
+    -x NCCL_DEBUG=WARN $F/all_reduce_perf -b 1M -e 64M -f 4 -c 0 -n 10 -w 3 > $R/mid-mps.log 2>&1; el "mid mps rc=$?"
+  echo quit | nvidia-cuda-mps-control
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  timeout 45 mpirun -np 2 --bind-to none $SOCK .dev/fb all_reduce -b 1M -e 64M -f 4 -n 10 -w 3 > $R/host-mid.log 2>&1; el "host mid rc=$?"
+  for f in small-mps mid-mps host-mid; do echo "== $f"; grep -E "^ +[0-9]+ |WARN" $R/$f.log | awk '{print $1, $6, $10}' | head -20 | tr '\n' ';'; echo; done
+fi
 cd $OUT && tar czf r.tgz r && rm -rf r
