@@ -7,7 +7,7 @@
 #   bench/compare_ompi.sh [-np N ...] [--sizes 8:256M] [--factor 2|4] [--out bench/results/NAME]
 #                         [-n 100] [-w 10] [--tier S:N:W ...] [--repeat 1] [--check 1] [--timeout 900]
 #                         [--wait-idle PCT] [--wait-max S]
-#                         [--ferroccl-bench PATH] [--no-build] [--keep-logs] [--nccl-tests-warmup] [--arrays]
+#                         [--ferroccl-bench PATH] [--no-build] [--keep-logs] [--nccl-tests-warmup] [--arrays] [--unalign N]
 #
 #   -np N          rank counts, repeatable or comma-separated (default: 2 and 4)
 #   --sizes A:B    size range, K/M/G suffixes are powers of 1024 (default 8:256M)
@@ -21,6 +21,8 @@
 #                  in buffers of the largest size (unless --arrays).
 #   --fresh-inputs both programs rewrite each rank's input before every call (timed with it), as an
 #                  application with new data would; without it inputs never change between calls
+#   --unalign N    both programs start every buffer N floats (4N bytes) past where they would
+#                  (ferroccl-bench -u N, ompi_bench -u N): an array section such as a(2:n)
 #   --arrays       both programs time each size in send and receive arrays of their own, of
 #                  exactly its bytes (ferroccl-bench --arrays, ompi_bench --arrays), as a
 #                  simulation code passes arrays of its problem's size: each one a glibc mapping
@@ -102,6 +104,7 @@ fextra=(--alloc system)
 both_allocs=0
 fresh=()
 arrays=0
+unalign=()
 build=1
 keep_logs=0
 warm_alike=1
@@ -130,6 +133,8 @@ while [ $# -gt 0 ]; do
         --nccl-tests-warmup) warm_alike=0; shift ;;
         --fresh-inputs) fresh=(--fresh-inputs); shift ;;
         --arrays) arrays=1; shift ;;
+        --unalign|-u) [ $# -ge 2 ] || die "--unalign needs a count"; [[ $2 =~ ^[0-9]+$ ]] || die "--unalign wants an integer >= 0"
+            unalign=(-u "$2"); shift 2 ;;
         --report-from) [ $# -ge 2 ] || die "--report-from needs a directory"; report_from=$2; shift 2 ;;
         --host-alloc) fextra=(--alloc system); shift ;;
         --mem-alloc) fextra=(--alloc nccl); shift ;;
@@ -189,6 +194,8 @@ fwarm+=("${fresh[@]}"); owarm+=("${fresh[@]}")
 # --arrays: each size in arrays of its own, warmed up in them (a pass over all sizes would warm
 # other arrays).
 if [ "$arrays" = 1 ]; then fwarm=(--arrays "${fresh[@]}"); owarm=(--arrays "${fresh[@]}"); fi
+# --unalign: both programs start their buffers that many floats past where they would.
+fwarm+=("${unalign[@]}"); owarm+=("${unalign[@]}")
 ftiers=()
 for k in "${!tier_b[@]}"; do ftiers+=(--tier "${tier_b[k]}:${tier_n[k]}:${tier_w[k]}"); done
 
@@ -595,6 +602,9 @@ if cfg:
     if cfg.get("arrays"):
         P("- Buffers (both): each size in send and receive arrays of its own, of exactly its bytes "
           "(--arrays), as a simulation code passes them")
+    if cfg.get("unalign"):
+        P(f"- Misaligned (both, -u {cfg['unalign']}): every buffer starts {cfg['unalign']} float(s), "
+          f"{4 * cfg['unalign']} bytes, past where it would (an array section such as a(2:n))")
     P("- Warm-up (both): " + ("each size in its own arrays, right before it is timed" if cfg.get("arrays") else
       "a pass over all sizes, then each size right before it is timed "
       "(ferroccl-bench --warmup-each, ompi_bench --warmup-pass)" if cfg.get("warmup_pass") else

@@ -63,7 +63,7 @@ struct row {
 static int rank, nranks;
 static int opt_average = 1, opt_check = 1, opt_root = 0;
 static size_t opt_min = 8, opt_max = 256u << 20, opt_factor = 2;
-static int opt_iters = 20, opt_warmup = 5, opt_warmup_pass = 0, opt_fresh_inputs = 0, opt_arrays = 0;
+static int opt_iters = 20, opt_warmup = 5, opt_warmup_pass = 0, opt_fresh_inputs = 0, opt_arrays = 0, opt_unalign = 0;
 /* Iteration tiers: sizes >= tier_from[k] use tier_iters[k] / tier_warmup[k] (the largest
  * matching tier wins); smaller sizes use -n / -w. */
 #define MAX_TIERS 8
@@ -89,6 +89,7 @@ static void usage(void) {
                 "  --arrays   each collective and size in send and receive arrays of their own, of the bytes\n"
                 "             it needs rounded up to whole pages, kept to the end (as ferroccl-bench --arrays);\n"
                 "             no --warmup-pass\n"
+                "  -u N misalign both buffers by N floats (as ferroccl-bench -u; an array section a(N+1:))\n"
                 "  -a   time over ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 1)\n"
                 "  -c   checked calls per size (default 1; 0 = none)\n"
                 "  -r   broadcast root (default 0)\n"
@@ -169,6 +170,10 @@ static void parse_args(int argc, char **argv) {
             opt_warmup_pass = 1;
         } else if (!strcmp(a, "--arrays")) {
             opt_arrays = 1;
+        } else if (!strcmp(a, "-u") || !strcmp(a, "--unalign")) {
+            NEED();
+            opt_unalign = atoi(v);
+            if (opt_unalign < 0) die("bad -u");
         } else if (!strcmp(a, "--fresh-inputs")) {
             opt_fresh_inputs = 1;
             continue;
@@ -259,7 +264,9 @@ static float **kept_arrays;
 static size_t nkept;
 
 /* A zeroed page-aligned array of n floats (at least one page), kept until the end. */
+/* n floats, starting opt_unalign floats into a page-aligned allocation. */
 static float *array_of(size_t n) {
+    n += (size_t)opt_unalign;
     size_t bytes = (n * sizeof(float) + 4095) & ~(size_t)4095;
     float *p = aligned_alloc(4096, bytes ? bytes : 4096);
     if (!p) die("out of memory");
@@ -267,7 +274,7 @@ static float *array_of(size_t n) {
     kept_arrays = realloc(kept_arrays, (nkept + 1) * sizeof *kept_arrays);
     if (!kept_arrays) die("out of memory");
     kept_arrays[nkept++] = p;
-    return p;
+    return p + opt_unalign;
 }
 
 /* One call. MPI counts are int: sizes up to 256 MiB of floats fit. */
@@ -463,8 +470,8 @@ int main(int argc, char **argv) {
 
     if (rank == 0) {
         printf("# ompi_bench: %s, %d ranks, host %s\n", libver, nranks, host);
-        printf("# minBytes %zu maxBytes %zu step: %zu(factor) warmup iters: %d iters: %d validation: %d average: %d\n",
-               opt_min, opt_max, opt_factor, opt_warmup, opt_iters, opt_check, opt_average);
+        printf("# minBytes %zu maxBytes %zu step: %zu(factor) warmup iters: %d iters: %d validation: %d average: %d unalign: %d\n",
+               opt_min, opt_max, opt_factor, opt_warmup, opt_iters, opt_check, opt_average, opt_unalign);
         for (int k = 0; k < ntiers; k++)
             printf("# sizes >= %zu: warmup iters: %d iters: %d\n", tier_from[k], tier_warmup[k], tier_iters[k]);
         printf("# warm-up: each size right before it is timed%s\n", opt_warmup_pass ? ", after a pass over all sizes" : "");
@@ -567,9 +574,9 @@ int main(int argc, char **argv) {
             json_string(f, host);
             fprintf(f, ",\n  \"date\": \"%s\",\n  \"nranks\": %d,\n", date, nranks);
             fprintf(f, "  \"config\": {\"minbytes\": %zu, \"maxbytes\": %zu, \"stepfactor\": %zu, \"iters\": %d, "
-                       "\"warmup_iters\": %d, \"warmup_pass\": %s, \"fresh_inputs\": %s, \"arrays\": %s, \"check\": %d, \"average\": %d, \"root\": %d, \"tiers\": [",
+                       "\"warmup_iters\": %d, \"warmup_pass\": %s, \"fresh_inputs\": %s, \"arrays\": %s, \"unalign\": %d, \"check\": %d, \"average\": %d, \"root\": %d, \"tiers\": [",
                     opt_min, opt_max, opt_factor, opt_iters, opt_warmup, opt_warmup_pass ? "true" : "false", opt_fresh_inputs ? "true" : "false",
-                    opt_arrays ? "true" : "false", opt_check,
+                    opt_arrays ? "true" : "false", opt_unalign, opt_check,
                     opt_average, opt_root);
             for (int k = 0; k < ntiers; k++)
                 fprintf(f, "%s{\"from\": %zu, \"iters\": %d, \"warmup_iters\": %d}", k ? ", " : "", tier_from[k],

@@ -9,7 +9,8 @@
 //! cycle); `tests/it/layers.rs` reads `src/` and fails on any cycle between top-level modules.
 //! Bottom up:
 //! 1. [`error`] (the error enum and `ncclResult_t`), [`env`](mod@env) (the only reader of the
-//!    environment), [`hash`], [`version`];
+//!    environment), [`hash`], [`version`], [`memcopy`] (byte copies at memory speed whatever
+//!    the buffers' page offsets);
 //! 2. [`types`] (C ABI types, parsed at the edge), [`debug`] (NCCL-format logging),
 //!    [`encryption`] (the process-wide key setting), [`topo`] (cores, NUMA, NICs),
 //!    [`interrupt`] (the abort flag and no-progress deadline every wait polls);
@@ -28,8 +29,8 @@
 //!    blocking or in the background behind a handle the caller already holds;
 //! 9. [`ffi`]: the C boundary, one thin file per section of nccl.h.
 //!
-//! `unsafe` lives at the edges only: `ffi`, raw memory in `coll::exec` and the transports,
-//! and libc calls; each block carries a `// SAFETY:` comment.
+//! `unsafe` lives at the edges only: `ffi`, raw memory in `coll::exec`, `memcopy` and the
+//! transports, and libc calls; each block carries a `// SAFETY:` comment.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 #![allow(clippy::missing_safety_doc)]
@@ -49,6 +50,7 @@ pub mod ffi;
 pub mod group;
 pub mod hash;
 pub mod interrupt;
+pub mod memcopy;
 pub mod reduce;
 pub mod tls;
 pub mod topo;

@@ -176,7 +176,7 @@ impl Reduction {
     pub fn prepare(&self, dst: &mut [u8], src: &[u8]) -> Result<()> {
         self.check("prepare", dst.len(), &[src.len()])?;
         match self.pre {
-            Pre::None => dst.copy_from_slice(src),
+            Pre::None => crate::memcopy::copy(dst, src),
             Pre::Mul(s) => dispatch!(self.dtype, prepare_t(s, dst, src)),
         }
         Ok(())

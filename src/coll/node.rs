@@ -27,6 +27,7 @@
 
 use super::reduce::{Pre, Reduction};
 use crate::error::{Error, Result};
+use crate::memcopy;
 use crate::transport::node_area::{
     BufDesc, Counter, NodeArea, PeerBuf, RING_BYTES, RING_DEPTH, RING_GRANULE, RING_STRIDE, SMALL_BYTES,
     SMALL_RING_BYTES, TINY_BYTES, TINY_DEPTH,
@@ -725,7 +726,7 @@ impl NodeOp {
                         std::slice::from_raw_parts_mut(self.recv, self.bytes),
                     )
                 };
-                out.copy_from_slice(input);
+                memcopy::copy(out, input);
             }
             area.mark(Counter::Left, self.seq);
             self.phase = Phase::Done;
@@ -796,7 +797,7 @@ impl NodeOp {
                         }
                         let input = input_at(r, at, self.bytes);
                         if r == 0 {
-                            out.copy_from_slice(input);
+                            memcopy::copy(out, input);
                         } else {
                             red.accumulate(out, input)?;
                         }
@@ -815,7 +816,7 @@ impl NodeOp {
                             // SAFETY: as for input_at; dst is the caller's receive buffer.
                             unsafe { ring_gather(slot_of(area, r, self.seq), 0, dst.as_mut_ptr(), in_len) };
                         } else {
-                            dst.copy_from_slice(input_at(r, 0, in_len));
+                            memcopy::copy(dst, input_at(r, 0, in_len));
                         }
                     }
                 }
@@ -871,7 +872,7 @@ impl NodeOp {
                 let dst = unsafe { std::slice::from_raw_parts_mut(slot.add(at), len) };
                 match red {
                     Some(red) => red.prepare(dst, data)?,
-                    None => dst.copy_from_slice(data),
+                    None => memcopy::copy(dst, data),
                 }
             }
         }
@@ -1039,7 +1040,7 @@ impl NodeOp {
                     // holds blocks * bytes bytes, of which this reads block q's [off, off +
                     // len); it is not shared memory, so it cannot overlap the slot.
                     unsafe {
-                        std::ptr::copy_nonoverlapping(
+                        memcopy::copy_nonoverlapping(
                             self.send.add(q * self.bytes + self.off + from),
                             slot.add(q * len + from),
                             to.saturating_sub(from),
@@ -1135,7 +1136,7 @@ impl NodeOp {
                 // before we announce round d.seq + 2; the receive buffer holds `bytes` >= off
                 // + len bytes and is private memory, so it cannot overlap the slot.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(slot.add(from), self.recv.add(d.off + from), to.saturating_sub(from))
+                    memcopy::copy_nonoverlapping(slot.add(from), self.recv.add(d.off + from), to.saturating_sub(from))
                 };
             }
         }
@@ -1364,7 +1365,7 @@ impl NodeOp {
                 // SAFETY: our receive buffer holds `bytes` >= self.off + off + step bytes; in
                 // place it is our own input block, which only this rank reads, and it already
                 // did (for this piece) above.
-                unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), self.recv.add(self.off + off), step) };
+                unsafe { memcopy::copy_nonoverlapping(acc.as_ptr(), self.recv.add(self.off + off), step) };
             }
             off += step;
         }
@@ -1525,7 +1526,7 @@ impl NodeOp {
                 if !std::ptr::eq(self.send, self.recv) {
                     // SAFETY: our send and receive buffers hold `bytes` bytes each; NCCL's
                     // in-place rule means they are the same or do not overlap.
-                    unsafe { std::ptr::copy_nonoverlapping(self.send, self.recv, self.bytes) };
+                    unsafe { memcopy::copy_nonoverlapping(self.send, self.recv, self.bytes) };
                 }
                 self.own_copied = true;
             }
@@ -1582,7 +1583,7 @@ impl NodeOp {
                 if !std::ptr::eq(src, dst) {
                     // SAFETY: NCCL's in-place rule means our send buffer either is this block
                     // of the output or does not overlap it.
-                    unsafe { std::ptr::copy(src, dst, len) };
+                    unsafe { memcopy::copy_possibly_overlapping(src, dst, len) };
                 }
                 continue;
             }
@@ -1590,7 +1591,7 @@ impl NodeOp {
                 // SAFETY: rank r's send buffer (or slot) holds this round's piece and is not
                 // rewritten until every reader marks Left; it cannot overlap our receive
                 // buffer (another rank's memory, or the shared area).
-                PeerBuf::Direct(p) => unsafe { std::ptr::copy_nonoverlapping(p, dst, len) },
+                PeerBuf::Direct(p) => unsafe { memcopy::copy_nonoverlapping(p, dst, len) },
                 PeerBuf::Remote { pid, addr } => {
                     // SAFETY: as above; the slice is our own receive block.
                     let out = unsafe { std::slice::from_raw_parts_mut(dst, len) };
@@ -1617,7 +1618,7 @@ impl NodeOp {
         if !std::ptr::eq(self.send, dst) {
             // SAFETY: our send buffer holds `block` bytes; NCCL's in-place rule means it either
             // is this block of the output or does not overlap it.
-            unsafe { std::ptr::copy(self.send, dst, block) };
+            unsafe { memcopy::copy_possibly_overlapping(self.send, dst, block) };
         }
     }
 
@@ -1901,20 +1902,20 @@ unsafe fn copy_out(src: &[u8], dst: *mut u8, streaming: bool) {
         // SAFETY: all ranges lie within src and dst (caller's contract); the streaming stores
         // write 16-byte aligned addresses of dst; SSE2 is part of x86-64.
         unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), dst, head);
+            memcopy::copy_nonoverlapping(src.as_ptr(), dst, head);
             let mut i = head;
             while i < head + body {
                 let v = _mm_loadu_si128(src.as_ptr().add(i) as *const __m128i);
                 _mm_stream_si128(dst.add(i) as *mut __m128i, v);
                 i += 16;
             }
-            std::ptr::copy_nonoverlapping(src.as_ptr().add(i), dst.add(i), src.len() - i);
+            memcopy::copy_nonoverlapping(src.as_ptr().add(i), dst.add(i), src.len() - i);
         }
         return;
     }
     let _ = streaming;
     // SAFETY: the caller's contract.
-    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+    unsafe { memcopy::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
 }
 
 /// From this many ranks, broadcast receivers that read the root's buffer by kernel copies
@@ -2030,7 +2031,7 @@ fn copy_from(from: PeerBuf, off: usize, out: &mut [u8]) -> Result<()> {
     match from {
         // SAFETY: callers pass a peer buffer that holds off + out.len() bytes, not written
         // meanwhile, in another rank's memory (so not overlapping `out`).
-        PeerBuf::Direct(p) => unsafe { std::ptr::copy_nonoverlapping(p.add(off), out.as_mut_ptr(), out.len()) },
+        PeerBuf::Direct(p) => unsafe { memcopy::copy_nonoverlapping(p.add(off), out.as_mut_ptr(), out.len()) },
         PeerBuf::Remote { pid, addr } => peer_mem::read_remote(pid, addr + off as u64, out)?,
     }
     Ok(())
@@ -2042,7 +2043,7 @@ fn copy_to(to: PeerBuf, off: usize, data: &[u8]) -> Result<()> {
         // SAFETY: callers pass a peer buffer that holds off + data.len() bytes, which only
         // this rank writes there meanwhile, in another rank's memory (so not overlapping
         // `data`).
-        PeerBuf::Direct(p) => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p.add(off), data.len()) },
+        PeerBuf::Direct(p) => unsafe { memcopy::copy_nonoverlapping(data.as_ptr(), p.add(off), data.len()) },
         PeerBuf::Remote { pid, addr } => write_remote(pid, addr + off as u64, data)?,
     }
     Ok(())

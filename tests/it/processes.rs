@@ -246,7 +246,87 @@ fn ordinary_buffers(rank: usize, nranks: usize, comm: ncclComm_t) {
             assert!(buf == src, "broadcast of {count} from {root} (in place {in_place})");
         }
     }
+    array_sections(rank, nranks, comm);
     println!("CHILD {rank} ordinary buffers OK");
+}
+
+/// Array sections (`a(2:n)` and the like): every buffer a few elements past its allocation's
+/// start, a different few for each rank and buffer, so that the copies between them and the
+/// node area's slots or a peer's buffer run 4-20 bytes apart modulo a page, where `memcpy`'s
+/// `rep movsb` is slow on AMD cores and `memcopy` takes its vector loop instead.
+fn array_sections(rank: usize, nranks: usize, comm: ncclComm_t) {
+    const INT32: ncclDataType_t = ncclDataType_t(2);
+    const SUM: ncclRedOp_t = ncclRedOp_t(0);
+    let s: *mut c_void = std::ptr::null_mut();
+    let value = |r: usize, i: usize, k: usize| ((i * 13 + k) % 1009) as i32 - 500 + r as i32;
+    for (k, count) in [700usize, 3000, 70_000].into_iter().enumerate() {
+        let (off_in, off_out) = (1 + rank + k, 2 + 2 * rank);
+        let section = |len: usize, off: usize| vec![-1i32; off + len];
+        // All-reduce.
+        let mut input = section(count, off_in);
+        for (i, v) in input[off_in..].iter_mut().enumerate() {
+            *v = value(rank, i, k);
+        }
+        let mut out = section(count, off_out);
+        check(
+            ncclAllReduce(
+                input[off_in..].as_ptr().cast(),
+                out[off_out..].as_mut_ptr().cast(),
+                count,
+                INT32,
+                SUM,
+                comm,
+                s,
+            ),
+            "allreduce",
+        );
+        let bad = (0..count).find(|&i| out[off_out + i] != (0..nranks).map(|r| value(r, i, k)).sum::<i32>());
+        assert!(bad.is_none(), "all-reduce of a {count}-element section: element {bad:?}");
+        // All-gather.
+        let mut all = section(nranks * count, off_out);
+        check(
+            ncclAllGather(input[off_in..].as_ptr().cast(), all[off_out..].as_mut_ptr().cast(), count, INT32, comm, s),
+            "allgather",
+        );
+        let bad = (0..nranks * count).find(|&i| all[off_out + i] != value(i / count, i % count, k));
+        assert!(bad.is_none(), "all-gather of {count}-element sections: element {bad:?}");
+        // Reduce-scatter.
+        let mut blocks = section(nranks * count, off_in);
+        for (i, v) in blocks[off_in..].iter_mut().enumerate() {
+            *v = value(rank, i, k);
+        }
+        check(
+            ncclReduceScatter(
+                blocks[off_in..].as_ptr().cast(),
+                out[off_out..].as_mut_ptr().cast(),
+                count,
+                INT32,
+                SUM,
+                comm,
+                s,
+            ),
+            "reducescatter",
+        );
+        let bad =
+            (0..count).find(|&i| out[off_out + i] != (0..nranks).map(|r| value(r, rank * count + i, k)).sum::<i32>());
+        assert!(bad.is_none(), "reduce-scatter into a {count}-element section: element {bad:?}");
+        // Broadcast from rank 0, out of place.
+        check(
+            ncclBroadcast(
+                input[off_in..].as_ptr().cast(),
+                out[off_out..].as_mut_ptr().cast(),
+                count,
+                INT32,
+                0,
+                comm,
+                s,
+            ),
+            "broadcast",
+        );
+        let bad = (0..count).find(|&i| out[off_out + i] != value(0, i, k));
+        assert!(bad.is_none(), "broadcast of a {count}-element section: element {bad:?}");
+        assert!(out[..off_out].iter().chain(&all[..off_out]).all(|&v| v == -1), "nothing before a section is written");
+    }
 }
 
 /// Large broadcasts of ordinary (Vec) buffers between two processes, which root and receiver

@@ -1,0 +1,207 @@
+//! Byte copies that keep memory speed whatever the page offsets of their two buffers.
+//!
+//! glibc's `memcpy` moves blocks from a few KiB up to its non-temporal threshold with
+//! `rep movsb`. AMD Zen cores run `rep movsb` 15-30 times slower when the destination lies a few
+//! bytes past the source modulo 4 KiB, and Debian 12's glibc (2.36) steps around that only on
+//! Intel CPUs. Measured on an AMD EPYC VM (bench/results/unaligned-copies-2026-12-07.md): 128 KiB
+//! in 2.3 us, or 37-74 us with the destination 1-15 bytes past the source; a loop of vector
+//! loads and stores takes 2.5 us at every distance. ferroccl copies between the caller's buffers
+//! and its own (slots, staging) and between the caller's send and receive buffers, and a caller's
+//! buffer may start anywhere: an array section `a(2:n)` of doubles is 8 bytes past its array's
+//! 16-byte alignment, and the 2-rank all-reduce of such floats took 2-4x its aligned time.
+//! [`copy`] takes the vector loop at such distances and `memcpy` everywhere else.
+
+/// Destinations this many bytes or fewer past their source, modulo [`PAGE_BYTES`], take the
+/// vector loop. 1-15 measured slow in user space, 1-31 in the kernel's copies
+/// (`peer_mem::page_matched`); glibc's own Intel rule stops at 63.
+const SHORT_DISTANCE_MAX: usize = 63;
+const PAGE_BYTES: usize = 4096;
+/// Copies shorter than this never reach `rep movsb` (glibc's threshold is at least 2 KiB).
+const LOOP_MIN: usize = 2048;
+
+/// Whether `memcpy` from `src` to `dst` of `len` bytes risks the slow `rep movsb`.
+fn short_distance(src: *const u8, dst: *const u8, len: usize) -> bool {
+    let distance = (dst as usize).wrapping_sub(src as usize) % PAGE_BYTES;
+    len >= LOOP_MIN && (1..=SHORT_DISTANCE_MAX).contains(&distance)
+}
+
+/// `dst.copy_from_slice(src)`, at memory speed at every distance between the two.
+///
+/// # Panics
+/// When the lengths differ, as `copy_from_slice` does.
+pub fn copy(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "copy between slices of different lengths");
+    // SAFETY: two slices, one of them mutable, cannot overlap; both hold src.len() bytes.
+    unsafe { copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr(), src.len()) }
+}
+
+/// `std::ptr::copy_nonoverlapping(src, dst, len)`, at memory speed at every distance.
+///
+/// # Safety
+/// As for `std::ptr::copy_nonoverlapping`: `src` readable and `dst` writable for `len` bytes,
+/// the two ranges disjoint.
+pub unsafe fn copy_nonoverlapping(src: *const u8, dst: *mut u8, len: usize) {
+    if short_distance(src, dst, len) {
+        // SAFETY: the caller's contract.
+        unsafe { vector_copy(src, dst, len) };
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+    }
+}
+
+/// `std::ptr::copy(src, dst, len)`: the ranges may overlap (the caller's send and receive
+/// buffers, say); disjoint ones take [`copy_nonoverlapping`].
+///
+/// # Safety
+/// As for `std::ptr::copy`: `src` readable and `dst` writable for `len` bytes.
+pub unsafe fn copy_possibly_overlapping(src: *const u8, dst: *mut u8, len: usize) {
+    if (src as usize).abs_diff(dst as usize) >= len {
+        // SAFETY: the caller's contract, and the ranges are disjoint.
+        unsafe { copy_nonoverlapping(src, dst, len) };
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::copy(src, dst, len) };
+    }
+}
+
+/// Copies with vector loads and stores, 128 bytes a step (AVX2 where the CPU has it, SSE2
+/// otherwise); the tail, under 128 bytes, by `memcpy`, which moves that little with vector
+/// registers too. Four stores of a vector each per step: a loop that stored its whole step at
+/// once could be turned back into a `memcpy` call by the compiler.
+///
+/// # Safety
+/// As for [`copy_nonoverlapping`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn vector_copy(src: *const u8, dst: *mut u8, len: usize) {
+    let body = len / STEP * STEP;
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2; the ranges as the caller guarantees.
+        unsafe { steps_avx2(src, dst, body) };
+    } else {
+        // SAFETY: SSE2 is part of x86-64; the ranges as the caller guarantees.
+        unsafe { steps_sse2(src, dst, body) };
+    }
+    // SAFETY: the last len - body bytes of both ranges.
+    unsafe { std::ptr::copy_nonoverlapping(src.add(body), dst.add(body), len - body) };
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn vector_copy(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY: the caller's contract. (`rep movsb` is x86's; other CPUs' memcpy has no such case.)
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+}
+
+const STEP: usize = 128;
+
+/// # Safety
+/// AVX2 present; `src` readable and `dst` writable for `body` bytes (a multiple of [`STEP`]),
+/// disjoint.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn steps_avx2(src: *const u8, dst: *mut u8, body: usize) {
+    use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm256_storeu_si256};
+    let mut i = 0;
+    while i < body {
+        // SAFETY: i + STEP <= body, within both ranges; unaligned loads and stores.
+        unsafe {
+            let (s, d) = (src.add(i) as *const __m256i, dst.add(i) as *mut __m256i);
+            let (a, b, c, e) = (
+                _mm256_loadu_si256(s),
+                _mm256_loadu_si256(s.add(1)),
+                _mm256_loadu_si256(s.add(2)),
+                _mm256_loadu_si256(s.add(3)),
+            );
+            _mm256_storeu_si256(d, a);
+            _mm256_storeu_si256(d.add(1), b);
+            _mm256_storeu_si256(d.add(2), c);
+            _mm256_storeu_si256(d.add(3), e);
+        }
+        i += STEP;
+    }
+}
+
+/// # Safety
+/// As [`steps_avx2`], without the AVX2 requirement.
+#[cfg(target_arch = "x86_64")]
+unsafe fn steps_sse2(src: *const u8, dst: *mut u8, body: usize) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_storeu_si128};
+    let mut i = 0;
+    while i < body {
+        // SAFETY: i + STEP <= body, within both ranges; unaligned loads and stores.
+        unsafe {
+            let (s, d) = (src.add(i) as *const __m128i, dst.add(i) as *mut __m128i);
+            for k in (0..8).step_by(4) {
+                let (a, b, c, e) = (
+                    _mm_loadu_si128(s.add(k)),
+                    _mm_loadu_si128(s.add(k + 1)),
+                    _mm_loadu_si128(s.add(k + 2)),
+                    _mm_loadu_si128(s.add(k + 3)),
+                );
+                _mm_storeu_si128(d.add(k), a);
+                _mm_storeu_si128(d.add(k + 1), b);
+                _mm_storeu_si128(d.add(k + 2), c);
+                _mm_storeu_si128(d.add(k + 3), e);
+            }
+        }
+        i += STEP;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 131 + i / 251) as u8).collect()
+    }
+
+    /// Every distance around the short window and every length around the loop's limits and
+    /// its step, both ways the copy goes: the bytes arrive exactly, and nothing past them moves.
+    #[test]
+    fn copies_are_exact_at_every_distance_and_length() {
+        let src_room = pattern(3 * PAGE_BYTES + 512);
+        for src_off in [0usize, 3, 16, 100] {
+            for distance in (0..=70).chain([4095, 4096, 4097, 4100]) {
+                for len in [
+                    0,
+                    1,
+                    127,
+                    LOOP_MIN - 1,
+                    LOOP_MIN,
+                    LOOP_MIN + 1,
+                    LOOP_MIN + 127,
+                    LOOP_MIN + 128,
+                    2 * PAGE_BYTES + 77,
+                ] {
+                    let src = &src_room[src_off..src_off + len];
+                    let mut dst_room = vec![0xEEu8; 4 * PAGE_BYTES + 512];
+                    // Destination `distance` bytes past the source modulo a page.
+                    let base = dst_room.as_ptr() as usize;
+                    let want = (src.as_ptr() as usize + distance) % PAGE_BYTES;
+                    let at = (want + PAGE_BYTES - base % PAGE_BYTES) % PAGE_BYTES;
+                    copy(&mut dst_room[at..at + len], src);
+                    assert_eq!(&dst_room[at..at + len], src, "src_off {src_off} distance {distance} len {len}");
+                    assert!(dst_room[..at].iter().chain(&dst_room[at + len..]).all(|&b| b == 0xEE));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn only_long_copies_a_few_bytes_ahead_take_the_loop() {
+        let p = 0x10_0000 as *const u8;
+        assert!(short_distance(p, p.wrapping_add(8), LOOP_MIN));
+        assert!(short_distance(p, p.wrapping_add(PAGE_BYTES + 63), 1 << 20));
+        assert!(!short_distance(p, p.wrapping_add(8), LOOP_MIN - 1));
+        assert!(!short_distance(p, p, 1 << 20));
+        assert!(!short_distance(p, p.wrapping_add(64), 1 << 20));
+        assert!(!short_distance(p.wrapping_add(8), p, 1 << 20), "a destination behind its source is fine");
+    }
+
+    #[test]
+    #[should_panic(expected = "different lengths")]
+    fn slices_of_different_lengths_are_refused() {
+        copy(&mut [0u8; 4], &[0u8; 5]);
+    }
+}
