@@ -9,20 +9,79 @@
 //! and its own (slots, staging) and between the caller's send and receive buffers, and a caller's
 //! buffer may start anywhere: an array section `a(2:n)` of doubles is 8 bytes past its array's
 //! 16-byte alignment, and the 2-rank all-reduce of such floats took 2-4x its aligned time.
-//! [`copy`] takes the vector loop at such distances and `memcpy` everywhere else.
+//! Which distances are slow depends on the CPU and its microcode (1-15 bytes on one EPYC VM,
+//! 1-31 on another, none on Intel), and the loop costs 10-20% at some distances where `memcpy`
+//! is fine (16 bytes, the distance between a page-aligned slot and a large malloc'd array, on
+//! the first VM). So each distance of 1-63 bytes is measured once per process, the first time
+//! a copy meets it ([`loop_pays`]), and [`copy`] takes the loop only where it measured faster.
 
-/// Destinations this many bytes or fewer past their source, modulo [`PAGE_BYTES`], take the
-/// vector loop. 1-15 measured slow in user space, 1-31 in the kernel's copies
-/// (`peer_mem::page_matched`); glibc's own Intel rule stops at 63.
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Destinations up to this many bytes past their source, modulo [`PAGE_BYTES`], are measured
+/// (glibc's own rule for Intel CPUs, where it avoids `rep movsb`, stops at 63).
 const SHORT_DISTANCE_MAX: usize = 63;
 const PAGE_BYTES: usize = 4096;
 /// Copies shorter than this never reach `rep movsb` (glibc's threshold is at least 2 KiB).
 const LOOP_MIN: usize = 2048;
 
-/// Whether `memcpy` from `src` to `dst` of `len` bytes risks the slow `rep movsb`.
-fn short_distance(src: *const u8, dst: *const u8, len: usize) -> bool {
+/// The distance modulo a page from `src` to `dst` when a `memcpy` of `len` bytes between them
+/// may meet the slow `rep movsb`, else `None`.
+fn short_distance(src: *const u8, dst: *const u8, len: usize) -> Option<usize> {
     let distance = (dst as usize).wrapping_sub(src as usize) % PAGE_BYTES;
-    len >= LOOP_MIN && (1..=SHORT_DISTANCE_MAX).contains(&distance)
+    (len >= LOOP_MIN && (1..=SHORT_DISTANCE_MAX).contains(&distance)).then_some(distance)
+}
+
+/// Per distance: [`UNMEASURED`], [`MEMCPY`] or [`LOOP`].
+static CHOICE: [AtomicU8; SHORT_DISTANCE_MAX + 1] = [const { AtomicU8::new(UNMEASURED) }; SHORT_DISTANCE_MAX + 1];
+const UNMEASURED: u8 = 0;
+const MEMCPY: u8 = 1;
+const LOOP: u8 = 2;
+/// The loop is taken where `memcpy` takes this many times its time or more: a copy a little
+/// slower either way is not worth a wrong guess from a noisy measurement.
+const LOOP_GAIN_MIN: f64 = 1.3;
+/// Bytes each measurement copies: inside every `rep movsb` range seen (about 2 KiB to 1 MiB).
+const PROBE_BYTES: usize = 64 << 10;
+
+/// Whether the vector loop beats `memcpy` at this distance on this CPU: measured the first time
+/// (the best of three copies each way, about 10 us, or 150 us where `memcpy` is slow), then
+/// remembered. Threads racing on a first measurement each measure; either answer stands.
+fn loop_pays(distance: usize) -> bool {
+    match CHOICE[distance].load(Ordering::Relaxed) {
+        MEMCPY => false,
+        LOOP => true,
+        _ => {
+            let pays = measure_loop_gain(distance) >= LOOP_GAIN_MIN;
+            CHOICE[distance].store(if pays { LOOP } else { MEMCPY }, Ordering::Relaxed);
+            log::debug!(target: "INIT", "copies {distance} bytes ahead of their source modulo 4 KiB: {}",
+                if pays { "vector loop (memcpy measured slow)" } else { "memcpy" });
+            pays
+        }
+    }
+}
+
+/// `memcpy`'s time over the loop's for [`PROBE_BYTES`] at `distance`.
+fn measure_loop_gain(distance: usize) -> f64 {
+    let src = vec![0x5au8; PROBE_BYTES + PAGE_BYTES];
+    let mut dst = vec![0u8; PROBE_BYTES + 2 * PAGE_BYTES];
+    let from = src.as_ptr();
+    let at = (from as usize + distance).wrapping_sub(dst.as_ptr() as usize) % PAGE_BYTES;
+    let to = dst[at..].as_mut_ptr();
+    let best = |f: &dyn Fn()| {
+        (0..3)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                f();
+                t.elapsed()
+            })
+            .min()
+            .unwrap_or_default()
+    };
+    // SAFETY: `to` has PROBE_BYTES + PAGE_BYTES - at >= PROBE_BYTES bytes of `dst` after it,
+    // `from` PROBE_BYTES of `src`; two vectors, disjoint.
+    let with_memcpy = best(&|| unsafe { std::ptr::copy_nonoverlapping(from, std::hint::black_box(to), PROBE_BYTES) });
+    // SAFETY: as above.
+    let with_loop = best(&|| unsafe { vector_copy(from, std::hint::black_box(to), PROBE_BYTES) });
+    with_memcpy.as_secs_f64() / with_loop.as_secs_f64().max(1e-9)
 }
 
 /// `dst.copy_from_slice(src)`, at memory speed at every distance between the two.
@@ -41,7 +100,7 @@ pub fn copy(dst: &mut [u8], src: &[u8]) {
 /// As for `std::ptr::copy_nonoverlapping`: `src` readable and `dst` writable for `len` bytes,
 /// the two ranges disjoint.
 pub unsafe fn copy_nonoverlapping(src: *const u8, dst: *mut u8, len: usize) {
-    if short_distance(src, dst, len) {
+    if short_distance(src, dst, len).is_some_and(loop_pays) {
         // SAFETY: the caller's contract.
         unsafe { vector_copy(src, dst, len) };
     } else {
@@ -183,20 +242,35 @@ mod tests {
                     copy(&mut dst_room[at..at + len], src);
                     assert_eq!(&dst_room[at..at + len], src, "src_off {src_off} distance {distance} len {len}");
                     assert!(dst_room[..at].iter().chain(&dst_room[at + len..]).all(|&b| b == 0xEE));
+                    // The loop itself, whichever way this CPU's distances were measured.
+                    dst_room.fill(0xEE);
+                    // SAFETY: `at + len` lies within dst_room; src is another vector's slice.
+                    unsafe { vector_copy(src.as_ptr(), dst_room[at..].as_mut_ptr(), len) };
+                    assert_eq!(&dst_room[at..at + len], src, "loop: src_off {src_off} distance {distance} len {len}");
+                    assert!(dst_room[..at].iter().chain(&dst_room[at + len..]).all(|&b| b == 0xEE));
                 }
             }
         }
     }
 
     #[test]
-    fn only_long_copies_a_few_bytes_ahead_take_the_loop() {
+    fn only_long_copies_a_few_bytes_ahead_are_candidates() {
         let p = 0x10_0000 as *const u8;
-        assert!(short_distance(p, p.wrapping_add(8), LOOP_MIN));
-        assert!(short_distance(p, p.wrapping_add(PAGE_BYTES + 63), 1 << 20));
-        assert!(!short_distance(p, p.wrapping_add(8), LOOP_MIN - 1));
-        assert!(!short_distance(p, p, 1 << 20));
-        assert!(!short_distance(p, p.wrapping_add(64), 1 << 20));
-        assert!(!short_distance(p.wrapping_add(8), p, 1 << 20), "a destination behind its source is fine");
+        assert_eq!(short_distance(p, p.wrapping_add(8), LOOP_MIN), Some(8));
+        assert_eq!(short_distance(p, p.wrapping_add(PAGE_BYTES + 63), 1 << 20), Some(63));
+        assert_eq!(short_distance(p, p.wrapping_add(8), LOOP_MIN - 1), None);
+        assert_eq!(short_distance(p, p, 1 << 20), None);
+        assert_eq!(short_distance(p, p.wrapping_add(64), 1 << 20), None);
+        assert_eq!(short_distance(p.wrapping_add(8), p, 1 << 20), None, "a destination behind its source is fine");
+    }
+
+    /// A distance is measured once and its choice kept; the copies are exact either way (above).
+    #[test]
+    fn each_distance_is_measured_once_and_remembered() {
+        assert!(measure_loop_gain(8) > 0.0);
+        let first = loop_pays(40);
+        assert_ne!(CHOICE[40].load(Ordering::Relaxed), UNMEASURED);
+        assert_eq!(loop_pays(40), first);
     }
 
     #[test]
