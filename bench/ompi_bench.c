@@ -172,8 +172,10 @@ static void parse_args(int argc, char **argv) {
             opt_arrays = 1;
         } else if (!strcmp(a, "-u") || !strcmp(a, "--unalign")) {
             NEED();
-            opt_unalign = atoi(v);
-            if (opt_unalign < 0) die("bad -u");
+            char *end;
+            long u = strtol(v, &end, 10);
+            if (*v == '\0' || *end != '\0' || u < 0 || u > 1024) die("-u wants 0..1024 floats");
+            opt_unalign = (int)u;
         } else if (!strcmp(a, "--fresh-inputs")) {
             opt_fresh_inputs = 1;
             continue;
@@ -263,8 +265,8 @@ static float *sendbuf, *recvbuf;
 static float **kept_arrays;
 static size_t nkept;
 
-/* A zeroed page-aligned array of n floats (at least one page), kept until the end. */
-/* n floats, starting opt_unalign floats into a page-aligned allocation. */
+/* A zeroed array of n floats, opt_unalign floats into a page-aligned allocation (at least one
+ * page), kept until the end. */
 static float *array_of(size_t n) {
     n += (size_t)opt_unalign;
     size_t bytes = (n * sizeof(float) + 4095) & ~(size_t)4095;

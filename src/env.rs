@@ -254,6 +254,15 @@ pub static PARAMS: &[Param] = &[
          pages for every copy to pin; 0: never",
     ),
     param(
+        "FERROCCL_MEMCOPY",
+        Str,
+        "auto",
+        "Copies of 2 KiB and more whose destination lies 1-63 bytes past its source modulo 4 KiB \
+         (an array section such as a(2:n) against the library's slots), where glibc's memcpy runs \
+         15x slower on AMD cores: auto measures memcpy against a vector loop once per distance \
+         and size class and takes the faster; loop or memcpy forces one",
+    ),
+    param(
         "FERROCCL_SHARE_HEAP",
         Bool,
         "0",

@@ -11,11 +11,13 @@
 //! 16-byte alignment, and the 2-rank all-reduce of such floats took 2-4x its aligned time.
 //! Which distances are slow depends on the CPU and its microcode (1-15 bytes on one EPYC VM,
 //! 1-31 on another, none on Intel), and the loop costs 10-20% at some distances where `memcpy`
-//! is fine (16 bytes, the distance between a page-aligned slot and a large malloc'd array, on
-//! the first VM). So each distance of 1-63 bytes is measured once per process, the first time
-//! a copy meets it ([`loop_pays`]), and [`copy`] takes the loop only where it measured faster.
+//! is fine, and at 1 MiB and more, where glibc has left `rep movsb` for non-temporal stores. So
+//! each distance of 1-63 bytes is measured once per process and size class, the first time a
+//! copy meets it (`loop_pays`), and [`copy`] takes the loop only where it measured faster.
+//! `FERROCCL_MEMCOPY=loop` or `memcpy` forces one way (tests, and a CPU that measures wrong).
 
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::OnceLock;
 
 /// Destinations up to this many bytes past their source, modulo [`PAGE_BYTES`], are measured
 /// (glibc's own rule for Intel CPUs, where it avoids `rep movsb`, stops at 63).
@@ -25,44 +27,71 @@ const PAGE_BYTES: usize = 4096;
 const LOOP_MIN: usize = 2048;
 
 /// The distance modulo a page from `src` to `dst` when a `memcpy` of `len` bytes between them
-/// may meet the slow `rep movsb`, else `None`.
+/// may meet the slow `rep movsb`, else `None`. `rep movsb` is x86's: elsewhere, always `None`.
 fn short_distance(src: *const u8, dst: *const u8, len: usize) -> Option<usize> {
     let distance = (dst as usize).wrapping_sub(src as usize) % PAGE_BYTES;
-    (len >= LOOP_MIN && (1..=SHORT_DISTANCE_MAX).contains(&distance)).then_some(distance)
+    let candidate = cfg!(target_arch = "x86_64") && len >= LOOP_MIN && (1..=SHORT_DISTANCE_MAX).contains(&distance);
+    candidate.then_some(distance)
 }
 
-/// Per distance: [`UNMEASURED`], [`MEMCPY`] or [`LOOP`].
-static CHOICE: [AtomicU8; SHORT_DISTANCE_MAX + 1] = [const { AtomicU8::new(UNMEASURED) }; SHORT_DISTANCE_MAX + 1];
+/// Copies of at least this many bytes are measured apart from smaller ones: glibc leaves
+/// `rep movsb` somewhere below a few MiB (under 1 MiB on the 2-core VM), by cache size.
+const LARGE_MIN: usize = 512 << 10;
+/// Bytes each measurement copies, per size class: small ones inside every `rep movsb` range
+/// seen, large ones where non-temporal stores may have taken over.
+const PROBE_BYTES: [usize; 2] = [64 << 10, 1 << 20];
+
+/// Per size class and distance: [`UNMEASURED`], [`MEMCPY`] or [`LOOP`].
+static CHOICE: [[AtomicU8; SHORT_DISTANCE_MAX + 1]; 2] =
+    [const { [const { AtomicU8::new(UNMEASURED) }; SHORT_DISTANCE_MAX + 1] }; 2];
 const UNMEASURED: u8 = 0;
 const MEMCPY: u8 = 1;
 const LOOP: u8 = 2;
 /// The loop is taken where `memcpy` takes this many times its time or more: a copy a little
 /// slower either way is not worth a wrong guess from a noisy measurement.
 const LOOP_GAIN_MIN: f64 = 1.3;
-/// Bytes each measurement copies: inside every `rep movsb` range seen (about 2 KiB to 1 MiB).
-const PROBE_BYTES: usize = 64 << 10;
 
-/// Whether the vector loop beats `memcpy` at this distance on this CPU: measured the first time
-/// (the best of three copies each way, about 10 us, or 150 us where `memcpy` is slow), then
+/// FERROCCL_MEMCOPY: `Some(LOOP)` or `Some(MEMCPY)` when forced, `None` to measure.
+fn forced() -> Option<u8> {
+    static FORCED: OnceLock<Option<u8>> = OnceLock::new();
+    *FORCED.get_or_init(|| match crate::env::get_str("FERROCCL_MEMCOPY").as_deref() {
+        Some("loop") => Some(LOOP),
+        Some("memcpy") => Some(MEMCPY),
+        None | Some("auto") | Some("") => None,
+        Some(other) => {
+            log::warn!(target: "INIT", "FERROCCL_MEMCOPY={other} is none of auto, loop, memcpy: measuring (auto)");
+            None
+        }
+    })
+}
+
+/// Whether the vector loop beats `memcpy` for `len` bytes at this distance on this CPU:
+/// measured the first time for the size class (the best of three copies each way: about 10 us
+/// for small copies, or 150 us where `memcpy` is slow; about 0.2-5 ms for large ones), then
 /// remembered. Threads racing on a first measurement each measure; either answer stands.
-fn loop_pays(distance: usize) -> bool {
-    match CHOICE[distance].load(Ordering::Relaxed) {
+fn loop_pays(distance: usize, len: usize) -> bool {
+    if let Some(way) = forced() {
+        return way == LOOP;
+    }
+    let class = usize::from(len >= LARGE_MIN);
+    match CHOICE[class][distance].load(Ordering::Relaxed) {
         MEMCPY => false,
         LOOP => true,
         _ => {
-            let pays = measure_loop_gain(distance) >= LOOP_GAIN_MIN;
-            CHOICE[distance].store(if pays { LOOP } else { MEMCPY }, Ordering::Relaxed);
-            log::debug!(target: "INIT", "copies {distance} bytes ahead of their source modulo 4 KiB: {}",
+            let pays = measure_loop_gain(distance, PROBE_BYTES[class]) >= LOOP_GAIN_MIN;
+            CHOICE[class][distance].store(if pays { LOOP } else { MEMCPY }, Ordering::Relaxed);
+            log::debug!(target: "INIT", "copies of {} bytes, {distance} bytes ahead of their source modulo 4 KiB: {}",
+                if class == 1 { "512 KiB and more" } else { "2 KiB-512 KiB" },
                 if pays { "vector loop (memcpy measured slow)" } else { "memcpy" });
             pays
         }
     }
 }
 
-/// `memcpy`'s time over the loop's for [`PROBE_BYTES`] at `distance`.
-fn measure_loop_gain(distance: usize) -> f64 {
-    let src = vec![0x5au8; PROBE_BYTES + PAGE_BYTES];
-    let mut dst = vec![0u8; PROBE_BYTES + 2 * PAGE_BYTES];
+/// `memcpy`'s time over the loop's for `bytes` at `distance`.
+fn measure_loop_gain(distance: usize, bytes: usize) -> f64 {
+    let src = vec![0x5au8; bytes];
+    let mut dst = vec![0u8; bytes + PAGE_BYTES];
     let from = src.as_ptr();
     let at = (from as usize + distance).wrapping_sub(dst.as_ptr() as usize) % PAGE_BYTES;
     let to = dst[at..].as_mut_ptr();
@@ -76,11 +105,11 @@ fn measure_loop_gain(distance: usize) -> f64 {
             .min()
             .unwrap_or_default()
     };
-    // SAFETY: `to` has PROBE_BYTES + PAGE_BYTES - at >= PROBE_BYTES bytes of `dst` after it,
-    // `from` PROBE_BYTES of `src`; two vectors, disjoint.
-    let with_memcpy = best(&|| unsafe { std::ptr::copy_nonoverlapping(from, std::hint::black_box(to), PROBE_BYTES) });
+    // SAFETY: `to` has bytes + PAGE_BYTES - at > bytes bytes of `dst` after it (at < a page),
+    // `from` the `bytes` of `src`; two vectors, disjoint.
+    let with_memcpy = best(&|| unsafe { std::ptr::copy_nonoverlapping(from, std::hint::black_box(to), bytes) });
     // SAFETY: as above.
-    let with_loop = best(&|| unsafe { vector_copy(from, std::hint::black_box(to), PROBE_BYTES) });
+    let with_loop = best(&|| unsafe { vector_copy(from, std::hint::black_box(to), bytes) });
     with_memcpy.as_secs_f64() / with_loop.as_secs_f64().max(1e-9)
 }
 
@@ -100,9 +129,15 @@ pub fn copy(dst: &mut [u8], src: &[u8]) {
 /// As for `std::ptr::copy_nonoverlapping`: `src` readable and `dst` writable for `len` bytes,
 /// the two ranges disjoint.
 pub unsafe fn copy_nonoverlapping(src: *const u8, dst: *mut u8, len: usize) {
-    if short_distance(src, dst, len).is_some_and(loop_pays) {
-        // SAFETY: the caller's contract.
+    // A caller's send and receive buffers that break NCCL's in-place rule would overlap here;
+    // glibc's memcpy copes with that on x86-64, the forward loop would not: keep to memmove.
+    let disjoint = (src as usize).abs_diff(dst as usize) >= len;
+    if disjoint && short_distance(src, dst, len).is_some_and(|d| loop_pays(d, len)) {
+        // SAFETY: the caller's contract, and the ranges are disjoint.
         unsafe { vector_copy(src, dst, len) };
+    } else if !disjoint {
+        // SAFETY: the caller's ranges, which `copy` allows to overlap.
+        unsafe { std::ptr::copy(src, dst, len) };
     } else {
         // SAFETY: the caller's contract.
         unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
@@ -264,13 +299,29 @@ mod tests {
         assert_eq!(short_distance(p.wrapping_add(8), p, 1 << 20), None, "a destination behind its source is fine");
     }
 
-    /// A distance is measured once and its choice kept; the copies are exact either way (above).
+    /// A distance is measured once per size class and its choice kept; the copies are exact
+    /// either way (above).
     #[test]
     fn each_distance_is_measured_once_and_remembered() {
-        assert!(measure_loop_gain(8) > 0.0);
-        let first = loop_pays(40);
-        assert_ne!(CHOICE[40].load(Ordering::Relaxed), UNMEASURED);
-        assert_eq!(loop_pays(40), first);
+        assert!(measure_loop_gain(8, 4096) > 0.0);
+        if forced().is_some() {
+            return;
+        }
+        let first = loop_pays(40, LOOP_MIN);
+        assert_ne!(CHOICE[0][40].load(Ordering::Relaxed), UNMEASURED);
+        assert_eq!(CHOICE[1][40].load(Ordering::Relaxed), UNMEASURED, "large copies are measured apart");
+        assert_eq!(loop_pays(40, LOOP_MIN), first);
+    }
+
+    /// Overlapping ranges passed as disjoint (a caller breaking the in-place rule) still come
+    /// out as memmove would, at a distance the loop would otherwise take.
+    #[test]
+    fn overlapping_ranges_are_moved_not_smeared() {
+        let mut room = pattern(3 * PAGE_BYTES);
+        let want: Vec<u8> = room[..2 * PAGE_BYTES].to_vec();
+        // SAFETY: both ranges lie inside `room`.
+        unsafe { copy_nonoverlapping(room.as_ptr(), room.as_mut_ptr().add(8), 2 * PAGE_BYTES) };
+        assert_eq!(&room[8..8 + 2 * PAGE_BYTES], &want[..]);
     }
 
     #[test]

@@ -158,7 +158,7 @@ pub fn apply_recv_op(dst: MemRegion, op: &RecvOp, offset: usize, incoming: &[u8]
     let d = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(offset), len) };
     match op {
         RecvOp::Copy => {
-            d.copy_from_slice(incoming);
+            crate::memcopy::copy(d, incoming);
             Ok(())
         }
         RecvOp::Accumulate { reduction } => reduction.accumulate(d, incoming),

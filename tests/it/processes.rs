@@ -252,21 +252,26 @@ fn ordinary_buffers(rank: usize, nranks: usize, comm: ncclComm_t) {
 
 /// Array sections (`a(2:n)` and the like): every buffer a few elements past its allocation's
 /// start, a different few for each rank and buffer, so that the copies between them and the
-/// node area's slots or a peer's buffer run 4-20 bytes apart modulo a page, where `memcpy`'s
-/// `rep movsb` is slow on AMD cores and `memcopy` takes its vector loop instead.
+/// node area's slots or a peer's buffer run a few bytes apart modulo a page, where `memcpy`'s
+/// `rep movsb` is slow on AMD cores and `memcopy` may take its vector loop (which the parent
+/// forces in some modes with FERROCCL_MEMCOPY=loop). Each section has guard elements on both
+/// sides that must stay untouched, and every output is reset before each collective.
 fn array_sections(rank: usize, nranks: usize, comm: ncclComm_t) {
     const INT32: ncclDataType_t = ncclDataType_t(2);
     const SUM: ncclRedOp_t = ncclRedOp_t(0);
+    const GUARD: usize = 16;
     let s: *mut c_void = std::ptr::null_mut();
     let value = |r: usize, i: usize, k: usize| ((i * 13 + k) % 1009) as i32 - 500 + r as i32;
+    // A section of `len` elements starting `off` into an allocation, with GUARD more after it.
+    let section = |len: usize, off: usize| vec![-1i32; off + len + GUARD];
+    let untouched = |v: &[i32], off: usize, len: usize| v[..off].iter().chain(&v[off + len..]).all(|&x| x == -1);
     for (k, count) in [700usize, 3000, 70_000].into_iter().enumerate() {
         let (off_in, off_out) = (1 + rank + k, 2 + 2 * rank);
-        let section = |len: usize, off: usize| vec![-1i32; off + len];
-        // All-reduce.
         let mut input = section(count, off_in);
-        for (i, v) in input[off_in..].iter_mut().enumerate() {
+        for (i, v) in input[off_in..off_in + count].iter_mut().enumerate() {
             *v = value(rank, i, k);
         }
+        // All-reduce.
         let mut out = section(count, off_out);
         check(
             ncclAllReduce(
@@ -282,6 +287,7 @@ fn array_sections(rank: usize, nranks: usize, comm: ncclComm_t) {
         );
         let bad = (0..count).find(|&i| out[off_out + i] != (0..nranks).map(|r| value(r, i, k)).sum::<i32>());
         assert!(bad.is_none(), "all-reduce of a {count}-element section: element {bad:?}");
+        assert!(untouched(&out, off_out, count), "all-reduce wrote outside its {count}-element section");
         // All-gather.
         let mut all = section(nranks * count, off_out);
         check(
@@ -290,11 +296,13 @@ fn array_sections(rank: usize, nranks: usize, comm: ncclComm_t) {
         );
         let bad = (0..nranks * count).find(|&i| all[off_out + i] != value(i / count, i % count, k));
         assert!(bad.is_none(), "all-gather of {count}-element sections: element {bad:?}");
+        assert!(untouched(&all, off_out, nranks * count), "all-gather wrote outside its section");
         // Reduce-scatter.
         let mut blocks = section(nranks * count, off_in);
-        for (i, v) in blocks[off_in..].iter_mut().enumerate() {
+        for (i, v) in blocks[off_in..off_in + nranks * count].iter_mut().enumerate() {
             *v = value(rank, i, k);
         }
+        let mut out = section(count, off_out);
         check(
             ncclReduceScatter(
                 blocks[off_in..].as_ptr().cast(),
@@ -310,7 +318,9 @@ fn array_sections(rank: usize, nranks: usize, comm: ncclComm_t) {
         let bad =
             (0..count).find(|&i| out[off_out + i] != (0..nranks).map(|r| value(r, rank * count + i, k)).sum::<i32>());
         assert!(bad.is_none(), "reduce-scatter into a {count}-element section: element {bad:?}");
+        assert!(untouched(&out, off_out, count), "reduce-scatter wrote outside its section");
         // Broadcast from rank 0, out of place.
+        let mut out = section(count, off_out);
         check(
             ncclBroadcast(
                 input[off_in..].as_ptr().cast(),
@@ -325,7 +335,7 @@ fn array_sections(rank: usize, nranks: usize, comm: ncclComm_t) {
         );
         let bad = (0..count).find(|&i| out[off_out + i] != value(0, i, k));
         assert!(bad.is_none(), "broadcast of a {count}-element section: element {bad:?}");
-        assert!(out[..off_out].iter().chain(&all[..off_out]).all(|&v| v == -1), "nothing before a section is written");
+        assert!(untouched(&out, off_out, count), "broadcast wrote outside its section");
     }
 }
 
@@ -454,10 +464,12 @@ fn ordinary_buffers_across_processes() {
     if std::env::var(ROLE).is_ok() {
         return;
     }
+    // The last two also force memcopy's vector loop at every short distance (array_sections),
+    // whether or not this CPU's memcpy measures slow there.
     let modes: [&[(&str, &str)]; 3] = [
         &[],
-        &[("FERROCCL_NODE_SLOT_SIZE", "16K"), ("FERROCCL_NODE_STAGE_MAX", "1T")],
-        &[("FERROCCL_NODE_STAGE_MAX", "0")],
+        &[("FERROCCL_NODE_SLOT_SIZE", "16K"), ("FERROCCL_NODE_STAGE_MAX", "1T"), ("FERROCCL_MEMCOPY", "loop")],
+        &[("FERROCCL_NODE_STAGE_MAX", "0"), ("FERROCCL_MEMCOPY", "loop")],
     ];
     // Three processes by kernel copies too: the third rank reads both of the first two
     // inputs of every fold from other processes (`node::start_fold`); and with every direct
