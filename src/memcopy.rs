@@ -35,11 +35,13 @@ fn short_distance(src: *const u8, dst: *const u8, len: usize) -> Option<usize> {
 }
 
 /// Copies of at least this many bytes are measured apart from smaller ones: glibc leaves
-/// `rep movsb` somewhere below a few MiB (under 1 MiB on the 2-core VM), by cache size.
-const LARGE_MIN: usize = 512 << 10;
+/// `rep movsb` for non-temporal stores at a threshold set by the cache size (between 768 KiB
+/// and 1 MiB on the 2-core VM, where a 768 KiB copy 8 bytes ahead took 241 us against 17).
+const LARGE_MIN: usize = 1 << 20;
 /// Bytes each measurement copies, per size class: small ones inside every `rep movsb` range
-/// seen, large ones where non-temporal stores may have taken over.
-const PROBE_BYTES: [usize; 2] = [64 << 10, 1 << 20];
+/// seen; large ones at the class's smallest size, so that a threshold above it shows (memcpy
+/// does not get faster per byte as copies grow past it).
+const PROBE_BYTES: [usize; 2] = [64 << 10, LARGE_MIN];
 
 /// Per size class and distance: [`UNMEASURED`], [`MEMCPY`] or [`LOOP`].
 static CHOICE: [[AtomicU8; SHORT_DISTANCE_MAX + 1]; 2] =
@@ -81,7 +83,7 @@ fn loop_pays(distance: usize, len: usize) -> bool {
             let pays = measure_loop_gain(distance, PROBE_BYTES[class]) >= LOOP_GAIN_MIN;
             CHOICE[class][distance].store(if pays { LOOP } else { MEMCPY }, Ordering::Relaxed);
             log::debug!(target: "INIT", "copies of {} bytes, {distance} bytes ahead of their source modulo 4 KiB: {}",
-                if class == 1 { "512 KiB and more" } else { "2 KiB-512 KiB" },
+                if class == 1 { "1 MiB and more" } else { "2 KiB-1 MiB" },
                 if pays { "vector loop (memcpy measured slow)" } else { "memcpy" });
             pays
         }
