@@ -122,42 +122,26 @@ fn measure_loop_gain(distance: usize, bytes: usize) -> f64 {
 pub fn copy(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len(), "copy between slices of different lengths");
     // SAFETY: two slices, one of them mutable, cannot overlap; both hold src.len() bytes.
-    unsafe { copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr(), src.len()) }
+    unsafe { copy_bytes(src.as_ptr(), dst.as_mut_ptr(), src.len()) }
 }
 
-/// `std::ptr::copy_nonoverlapping(src, dst, len)`, at memory speed at every distance.
-///
-/// # Safety
-/// As for `std::ptr::copy_nonoverlapping`: `src` readable and `dst` writable for `len` bytes,
-/// the two ranges disjoint.
-pub unsafe fn copy_nonoverlapping(src: *const u8, dst: *mut u8, len: usize) {
-    // A caller's send and receive buffers that break NCCL's in-place rule would overlap here;
-    // glibc's memcpy copes with that on x86-64, the forward loop would not: keep to memmove.
-    let disjoint = (src as usize).abs_diff(dst as usize) >= len;
-    if disjoint && short_distance(src, dst, len).is_some_and(|d| loop_pays(d, len)) {
-        // SAFETY: the caller's contract, and the ranges are disjoint.
-        unsafe { vector_copy(src, dst, len) };
-    } else if !disjoint {
-        // SAFETY: the caller's ranges, which `copy` allows to overlap.
-        unsafe { std::ptr::copy(src, dst, len) };
-    } else {
-        // SAFETY: the caller's contract.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
-    }
-}
-
-/// `std::ptr::copy(src, dst, len)`: the ranges may overlap (the caller's send and receive
-/// buffers, say); disjoint ones take [`copy_nonoverlapping`].
+/// `std::ptr::copy(src, dst, len)` (memmove), at memory speed at every distance. Disjoint
+/// ranges at a short distance may take the vector loop; overlapping ones (the caller's send and
+/// receive buffers in place, or a caller breaking NCCL's in-place rule) always go to memmove,
+/// as glibc's memcpy on x86-64 would treat them too.
 ///
 /// # Safety
 /// As for `std::ptr::copy`: `src` readable and `dst` writable for `len` bytes.
-pub unsafe fn copy_possibly_overlapping(src: *const u8, dst: *mut u8, len: usize) {
-    if (src as usize).abs_diff(dst as usize) >= len {
-        // SAFETY: the caller's contract, and the ranges are disjoint.
-        unsafe { copy_nonoverlapping(src, dst, len) };
-    } else {
-        // SAFETY: the caller's contract.
+pub unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
+    if (src as usize).abs_diff(dst as usize) < len {
+        // SAFETY: the caller's contract; memmove allows overlap.
         unsafe { std::ptr::copy(src, dst, len) };
+    } else if short_distance(src, dst, len).is_some_and(|d| loop_pays(d, len)) {
+        // SAFETY: the caller's contract, and the ranges are disjoint.
+        unsafe { vector_copy(src, dst, len) };
+    } else {
+        // SAFETY: the caller's contract, and the ranges are disjoint.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
     }
 }
 
@@ -167,7 +151,7 @@ pub unsafe fn copy_possibly_overlapping(src: *const u8, dst: *mut u8, len: usize
 /// once could be turned back into a `memcpy` call by the compiler.
 ///
 /// # Safety
-/// As for [`copy_nonoverlapping`].
+/// `src` readable and `dst` writable for `len` bytes, the two ranges disjoint.
 #[cfg(target_arch = "x86_64")]
 unsafe fn vector_copy(src: *const u8, dst: *mut u8, len: usize) {
     let body = len / STEP * STEP;
@@ -315,14 +299,14 @@ mod tests {
         assert_eq!(loop_pays(40, LOOP_MIN), first);
     }
 
-    /// Overlapping ranges passed as disjoint (a caller breaking the in-place rule) still come
-    /// out as memmove would, at a distance the loop would otherwise take.
+    /// Overlapping ranges come out as memmove would, at a distance the loop would otherwise
+    /// take.
     #[test]
     fn overlapping_ranges_are_moved_not_smeared() {
         let mut room = pattern(3 * PAGE_BYTES);
         let want: Vec<u8> = room[..2 * PAGE_BYTES].to_vec();
         // SAFETY: both ranges lie inside `room`.
-        unsafe { copy_nonoverlapping(room.as_ptr(), room.as_mut_ptr().add(8), 2 * PAGE_BYTES) };
+        unsafe { copy_bytes(room.as_ptr(), room.as_mut_ptr().add(8), 2 * PAGE_BYTES) };
         assert_eq!(&room[8..8 + 2 * PAGE_BYTES], &want[..]);
     }
 

@@ -714,7 +714,7 @@ fn progress_comm(
         let src_ptr = addr(&cw.works[sw], &mut st.work_state[sw], &src);
         // SAFETY: src is a checked slice of a live buffer; staging is our own allocation of
         // at least src.len bytes, so the regions cannot overlap.
-        unsafe { crate::memcopy::copy_nonoverlapping(src_ptr, staging.as_mut_ptr() as *mut u8, src.len) };
+        unsafe { crate::memcopy::copy_bytes(src_ptr, staging.as_mut_ptr() as *mut u8, src.len) };
         apply_recv(&cw.works[rw], &mut st.work_state[rw], &dst, &action, &staging)?;
         pool.push(std::mem::take(&mut staging));
         st.send_queues[me].pop_front();
@@ -906,7 +906,7 @@ fn apply_recv(work: &Work, ws: &mut WorkState, dst: &Slice, action: &RecvAction,
     match action {
         RecvAction::Copy => {
             // SAFETY: dst is a checked slice of a live buffer; staging is a separate allocation.
-            unsafe { crate::memcopy::copy_nonoverlapping(incoming.as_ptr(), dst_ptr, dst.len) };
+            unsafe { crate::memcopy::copy_bytes(incoming.as_ptr(), dst_ptr, dst.len) };
             Ok(())
         }
         RecvAction::Accumulate => {
@@ -951,7 +951,7 @@ fn run_local(work: &Work, ws: &mut WorkState, op: &LocalOp) -> Result<()> {
             }
             if !std::ptr::eq(s, d) {
                 // SAFETY: both are checked slices of live buffers; `copy` handles overlap.
-                unsafe { crate::memcopy::copy_possibly_overlapping(s, d, src.len) };
+                unsafe { crate::memcopy::copy_bytes(s, d, src.len) };
             }
             Ok(())
         }

@@ -237,7 +237,7 @@ fn run_single(req: &OpRequest) -> Result<()> {
         if !std::ptr::eq(send, recv) {
             // SAFETY: the caller's buffers, valid for `send_len` (= `recv_len`) bytes each (API
             // contract, checked for null by validate); they may overlap, which `copy` allows.
-            unsafe { crate::memcopy::copy_possibly_overlapping(send, recv, send_len) };
+            unsafe { crate::memcopy::copy_bytes(send, recv, send_len) };
         }
         return Ok(());
     };
@@ -335,7 +335,7 @@ fn layout(comm: &Comm, req: &OpRequest) -> Result<Layout> {
     if needs_copy(req, rank, block, send_len, recv_len) {
         let mut copy = vec![0u64; send_len.div_ceil(8)];
         // SAFETY: the user's send buffer is valid for send_len bytes (API contract); copy is ours.
-        unsafe { crate::memcopy::copy_nonoverlapping(req.send, copy.as_mut_ptr() as *mut u8, send_len) };
+        unsafe { crate::memcopy::copy_bytes(req.send, copy.as_mut_ptr() as *mut u8, send_len) };
         bufs.send = copy.as_ptr() as *const u8;
         send_copy = Some(copy);
     }
@@ -584,7 +584,7 @@ fn isolate_cross_op_inputs(works: &mut [Work]) {
         if clash {
             let mut copy = vec![0u64; sl.div_ceil(8)];
             // SAFETY: the caller's send buffer is valid for send_len bytes (API contract).
-            unsafe { crate::memcopy::copy_nonoverlapping(w.bufs.send, copy.as_mut_ptr() as *mut u8, sl) };
+            unsafe { crate::memcopy::copy_bytes(w.bufs.send, copy.as_mut_ptr() as *mut u8, sl) };
             w.bufs.send = copy.as_ptr() as *const u8;
             w.send_copy = Some(copy);
         }

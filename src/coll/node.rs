@@ -1040,7 +1040,7 @@ impl NodeOp {
                     // holds blocks * bytes bytes, of which this reads block q's [off, off +
                     // len); it is not shared memory, so it cannot overlap the slot.
                     unsafe {
-                        memcopy::copy_nonoverlapping(
+                        memcopy::copy_bytes(
                             self.send.add(q * self.bytes + self.off + from),
                             slot.add(q * len + from),
                             to.saturating_sub(from),
@@ -1135,9 +1135,7 @@ impl NodeOp {
                 // slice (every rank wrote its slice and marked Left) and nobody writes it
                 // before we announce round d.seq + 2; the receive buffer holds `bytes` >= off
                 // + len bytes and is private memory, so it cannot overlap the slot.
-                unsafe {
-                    memcopy::copy_nonoverlapping(slot.add(from), self.recv.add(d.off + from), to.saturating_sub(from))
-                };
+                unsafe { memcopy::copy_bytes(slot.add(from), self.recv.add(d.off + from), to.saturating_sub(from)) };
             }
         }
         self.draining = None;
@@ -1365,7 +1363,7 @@ impl NodeOp {
                 // SAFETY: our receive buffer holds `bytes` >= self.off + off + step bytes; in
                 // place it is our own input block, which only this rank reads, and it already
                 // did (for this piece) above.
-                unsafe { memcopy::copy_nonoverlapping(acc.as_ptr(), self.recv.add(self.off + off), step) };
+                unsafe { memcopy::copy_bytes(acc.as_ptr(), self.recv.add(self.off + off), step) };
             }
             off += step;
         }
@@ -1526,7 +1524,7 @@ impl NodeOp {
                 if !std::ptr::eq(self.send, self.recv) {
                     // SAFETY: our send and receive buffers hold `bytes` bytes each; NCCL's
                     // in-place rule means they are the same or do not overlap.
-                    unsafe { memcopy::copy_nonoverlapping(self.send, self.recv, self.bytes) };
+                    unsafe { memcopy::copy_bytes(self.send, self.recv, self.bytes) };
                 }
                 self.own_copied = true;
             }
@@ -1583,7 +1581,7 @@ impl NodeOp {
                 if !std::ptr::eq(src, dst) {
                     // SAFETY: NCCL's in-place rule means our send buffer either is this block
                     // of the output or does not overlap it.
-                    unsafe { memcopy::copy_possibly_overlapping(src, dst, len) };
+                    unsafe { memcopy::copy_bytes(src, dst, len) };
                 }
                 continue;
             }
@@ -1591,7 +1589,7 @@ impl NodeOp {
                 // SAFETY: rank r's send buffer (or slot) holds this round's piece and is not
                 // rewritten until every reader marks Left; it cannot overlap our receive
                 // buffer (another rank's memory, or the shared area).
-                PeerBuf::Direct(p) => unsafe { memcopy::copy_nonoverlapping(p, dst, len) },
+                PeerBuf::Direct(p) => unsafe { memcopy::copy_bytes(p, dst, len) },
                 PeerBuf::Remote { pid, addr } => {
                     // SAFETY: as above; the slice is our own receive block.
                     let out = unsafe { std::slice::from_raw_parts_mut(dst, len) };
@@ -1618,7 +1616,7 @@ impl NodeOp {
         if !std::ptr::eq(self.send, dst) {
             // SAFETY: our send buffer holds `block` bytes; NCCL's in-place rule means it either
             // is this block of the output or does not overlap it.
-            unsafe { memcopy::copy_possibly_overlapping(self.send, dst, block) };
+            unsafe { memcopy::copy_bytes(self.send, dst, block) };
         }
     }
 
@@ -1902,20 +1900,20 @@ unsafe fn copy_out(src: &[u8], dst: *mut u8, streaming: bool) {
         // SAFETY: all ranges lie within src and dst (caller's contract); the streaming stores
         // write 16-byte aligned addresses of dst; SSE2 is part of x86-64.
         unsafe {
-            memcopy::copy_nonoverlapping(src.as_ptr(), dst, head);
+            std::ptr::copy_nonoverlapping(src.as_ptr(), dst, head);
             let mut i = head;
             while i < head + body {
                 let v = _mm_loadu_si128(src.as_ptr().add(i) as *const __m128i);
                 _mm_stream_si128(dst.add(i) as *mut __m128i, v);
                 i += 16;
             }
-            memcopy::copy_nonoverlapping(src.as_ptr().add(i), dst.add(i), src.len() - i);
+            std::ptr::copy_nonoverlapping(src.as_ptr().add(i), dst.add(i), src.len() - i);
         }
         return;
     }
     let _ = streaming;
     // SAFETY: the caller's contract.
-    unsafe { memcopy::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+    unsafe { memcopy::copy_bytes(src.as_ptr(), dst, src.len()) };
 }
 
 /// From this many ranks, broadcast receivers that read the root's buffer by kernel copies
@@ -2031,7 +2029,7 @@ fn copy_from(from: PeerBuf, off: usize, out: &mut [u8]) -> Result<()> {
     match from {
         // SAFETY: callers pass a peer buffer that holds off + out.len() bytes, not written
         // meanwhile, in another rank's memory (so not overlapping `out`).
-        PeerBuf::Direct(p) => unsafe { memcopy::copy_nonoverlapping(p.add(off), out.as_mut_ptr(), out.len()) },
+        PeerBuf::Direct(p) => unsafe { memcopy::copy_bytes(p.add(off), out.as_mut_ptr(), out.len()) },
         PeerBuf::Remote { pid, addr } => peer_mem::read_remote(pid, addr + off as u64, out)?,
     }
     Ok(())
@@ -2043,7 +2041,7 @@ fn copy_to(to: PeerBuf, off: usize, data: &[u8]) -> Result<()> {
         // SAFETY: callers pass a peer buffer that holds off + data.len() bytes, which only
         // this rank writes there meanwhile, in another rank's memory (so not overlapping
         // `data`).
-        PeerBuf::Direct(p) => unsafe { memcopy::copy_nonoverlapping(data.as_ptr(), p.add(off), data.len()) },
+        PeerBuf::Direct(p) => unsafe { memcopy::copy_bytes(data.as_ptr(), p.add(off), data.len()) },
         PeerBuf::Remote { pid, addr } => write_remote(pid, addr + off as u64, data)?,
     }
     Ok(())

@@ -553,7 +553,7 @@ impl ShmSend {
                 // inline piece fits in the header's last INLINE_BYTES bytes.
                 unsafe {
                     if piece > 0 {
-                        crate::memcopy::copy_nonoverlapping(req.region.ptr().add(req.sent), dst, piece);
+                        crate::memcopy::copy_bytes(req.region.ptr().add(req.sent), dst, piece);
                     }
                     hdr.write(len as u64);
                     hdr.add(1).write(req.sent as u64);

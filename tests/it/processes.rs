@@ -264,7 +264,12 @@ fn array_sections(rank: usize, nranks: usize, comm: ncclComm_t) {
     let value = |r: usize, i: usize, k: usize| ((i * 13 + k) % 1009) as i32 - 500 + r as i32;
     // A section of `len` elements starting `off` into an allocation, with GUARD more after it.
     let section = |len: usize, off: usize| vec![-1i32; off + len + GUARD];
-    let untouched = |v: &[i32], off: usize, len: usize| v[..off].iter().chain(&v[off + len..]).all(|&x| x == -1);
+    // The `len` elements from `off` are `want(i)`, and nothing around them was written.
+    let expect = |what: &str, v: &[i32], off: usize, len: usize, want: &dyn Fn(usize) -> i32| {
+        let bad = (0..len).find(|&i| v[off + i] != want(i));
+        assert!(bad.is_none(), "{what} of {len} elements in a section: element {bad:?}");
+        assert!(v[..off].iter().chain(&v[off + len..]).all(|&x| x == -1), "{what} wrote outside its section of {len}");
+    };
     for (k, count) in [700usize, 3000, 70_000].into_iter().enumerate() {
         let (off_in, off_out) = (1 + rank + k, 2 + 2 * rank);
         let mut input = section(count, off_in);
@@ -285,18 +290,14 @@ fn array_sections(rank: usize, nranks: usize, comm: ncclComm_t) {
             ),
             "allreduce",
         );
-        let bad = (0..count).find(|&i| out[off_out + i] != (0..nranks).map(|r| value(r, i, k)).sum::<i32>());
-        assert!(bad.is_none(), "all-reduce of a {count}-element section: element {bad:?}");
-        assert!(untouched(&out, off_out, count), "all-reduce wrote outside its {count}-element section");
+        expect("all-reduce", &out, off_out, count, &|i| (0..nranks).map(|r| value(r, i, k)).sum());
         // All-gather.
         let mut all = section(nranks * count, off_out);
         check(
             ncclAllGather(input[off_in..].as_ptr().cast(), all[off_out..].as_mut_ptr().cast(), count, INT32, comm, s),
             "allgather",
         );
-        let bad = (0..nranks * count).find(|&i| all[off_out + i] != value(i / count, i % count, k));
-        assert!(bad.is_none(), "all-gather of {count}-element sections: element {bad:?}");
-        assert!(untouched(&all, off_out, nranks * count), "all-gather wrote outside its section");
+        expect("all-gather", &all, off_out, nranks * count, &|i| value(i / count, i % count, k));
         // Reduce-scatter.
         let mut blocks = section(nranks * count, off_in);
         for (i, v) in blocks[off_in..off_in + nranks * count].iter_mut().enumerate() {
@@ -315,10 +316,7 @@ fn array_sections(rank: usize, nranks: usize, comm: ncclComm_t) {
             ),
             "reducescatter",
         );
-        let bad =
-            (0..count).find(|&i| out[off_out + i] != (0..nranks).map(|r| value(r, rank * count + i, k)).sum::<i32>());
-        assert!(bad.is_none(), "reduce-scatter into a {count}-element section: element {bad:?}");
-        assert!(untouched(&out, off_out, count), "reduce-scatter wrote outside its section");
+        expect("reduce-scatter", &out, off_out, count, &|i| (0..nranks).map(|r| value(r, rank * count + i, k)).sum());
         // Broadcast from rank 0, out of place.
         let mut out = section(count, off_out);
         check(
@@ -333,9 +331,7 @@ fn array_sections(rank: usize, nranks: usize, comm: ncclComm_t) {
             ),
             "broadcast",
         );
-        let bad = (0..count).find(|&i| out[off_out + i] != value(0, i, k));
-        assert!(bad.is_none(), "broadcast of a {count}-element section: element {bad:?}");
-        assert!(untouched(&out, off_out, count), "broadcast wrote outside its section");
+        expect("broadcast", &out, off_out, count, &|i| value(0, i, k));
     }
 }
 
