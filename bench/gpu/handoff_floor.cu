@@ -8,8 +8,12 @@
 // synchronises once; rank 0 prints the time per iteration (median of 5 repeats). The processes
 // do not talk to each other during the timed loop: run 1 process, then 2 or more on the one GPU,
 // to see what sharing the GPU between processes (contexts) costs each of them.
+// Mode 1 issues both copies through cuMemcpyBatchAsync with CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE
+// (CUDA 12.8+): a hint to run them on a copy engine, not the SMs' engine, which processes that
+// share a GPU without MPS take in time slices (mode 0, plain cudaMemcpyAsync, is the default).
+// Modes 2 and 3 leave out the copy back (2) or the copy out (3), to tell which of them is slow.
 //   nvcc -O2 handoff_floor.cu -lcuda -lmpi -o handoff_floor
-//   mpirun -np P ./handoff_floor [bytes] [iters]
+//   mpirun -np P ./handoff_floor [bytes] [iters] [mode]
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -33,6 +37,7 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   size_t bytes = argc > 1 ? strtoul(argv[1], 0, 0) : 8;
   int iters = argc > 2 ? atoi(argv[2]) : 200;
+  int mode = argc > 3 ? atoi(argv[3]) : 0;
   CUDA(cudaSetDevice(0));
   CUDA(cudaFree(0));
   char *dev_in, *dev_out, *stage_in, *stage_out;
@@ -50,7 +55,22 @@ int main(int argc, char** argv) {
   std::atomic<unsigned>* done_word = reinterpret_cast<std::atomic<unsigned>*>(flags + 16);
   unsigned k = 0;
   std::vector<double> t;
-  if (rank == 0) printf("# %d processes on one GPU, %zu B, %d iterations per repeat\n", n, bytes, iters);
+  if (rank == 0) printf("# %d processes on one GPU, %zu B, %d iterations per repeat, mode %d\n", n, bytes, iters, mode);
+  CUmemcpyAttributes d2h = {}, h2d = {};
+  d2h.srcAccessOrder = h2d.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  d2h.flags = h2d.flags = CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE;
+  d2h.srcLocHint.type = h2d.dstLocHint.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  d2h.dstLocHint.type = h2d.srcLocHint.type = CU_MEM_LOCATION_TYPE_HOST;
+  auto batch_copy = [&](void* dst, const void* src, CUmemcpyAttributes* attr) {
+    CUdeviceptr d = (CUdeviceptr)dst, sp = (CUdeviceptr)src;
+    size_t size = bytes, idx = 0;
+#if CUDA_VERSION >= 13000
+    CU(cuMemcpyBatchAsync(&d, &sp, &size, 1, attr, &idx, 1, (CUstream)s));
+#else
+    size_t fail = 0;
+    CU(cuMemcpyBatchAsync(&d, &sp, &size, 1, attr, &idx, 1, &fail, (CUstream)s));
+#endif
+  };
   for (int rep = 0; rep < 6; rep++) {
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
@@ -65,10 +85,12 @@ int main(int argc, char** argv) {
     });
     for (int i = 0; i < iters; i++) {
       k++;
-      CUDA(cudaMemcpyAsync(stage_in, dev_in, bytes, cudaMemcpyDeviceToHost, s));
+      if (mode == 1) batch_copy(stage_in, dev_in, &d2h);
+      else if (mode != 3) CUDA(cudaMemcpyAsync(stage_in, dev_in, bytes, cudaMemcpyDeviceToHost, s));
       CU(cuStreamWriteValue32(s, ready, k, 0));
       CU(cuStreamWaitValue32(s, done, k, CU_STREAM_WAIT_VALUE_GEQ));
-      CUDA(cudaMemcpyAsync(dev_out, stage_out, bytes, cudaMemcpyHostToDevice, s));
+      if (mode == 1) batch_copy(dev_out, stage_out, &h2d);
+      else if (mode != 2) CUDA(cudaMemcpyAsync(dev_out, stage_out, bytes, cudaMemcpyHostToDevice, s));
     }
     worker.join();
     CUDA(cudaStreamSynchronize(s));
