@@ -300,6 +300,9 @@ pub struct Tuning {
     /// ranks go by relay. `None`: chosen by rank count and buffer kind
     /// (`node::default_relay_sizes`).
     pub node_relay_min: Option<usize>,
+    /// Repeated host calls that the rules pass through slots try kernel copies too and keep
+    /// the faster (`coll::stage_trial`); off: the rules alone.
+    pub node_stage_trial: bool,
 }
 
 impl Default for Tuning {
@@ -311,6 +314,7 @@ impl Default for Tuning {
             node_one_shot_max: None,
             node_stage_max: None,
             node_relay_min: None,
+            node_stage_trial: true,
         }
     }
 }

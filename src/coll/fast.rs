@@ -14,6 +14,7 @@ use std::cell::RefCell;
 use std::sync::{Arc, Weak};
 
 use super::node::{NodeAlgo, NodeColl, NodeOp};
+use super::stage_trial::{Path, StageTrial};
 use super::OpRequest;
 use crate::comm::Comm;
 use crate::wire::OpSig;
@@ -38,6 +39,20 @@ pub(crate) struct Shape {
 }
 
 impl Shape {
+    /// The message's size as nccl-tests counts it (all ranks' blocks for these two), which the
+    /// staging limits bound.
+    pub fn message_bytes(&self, nranks: usize) -> usize {
+        match self.coll {
+            NodeColl::AllGather | NodeColl::ReduceScatter(_) => self.block * nranks,
+            _ => self.block,
+        }
+    }
+
+    /// This shape with its buffers kept out of the slots (peers reach them by kernel copies).
+    fn by_kernel_copies(self) -> Shape {
+        Shape { stage_max: 0, stage_off_huge_max: 0, ..self }
+    }
+
     /// The operation over these buffers.
     pub fn op(&self, send: *const u8, recv: *mut u8) -> NodeOp {
         NodeOp::new(self.coll, self.algo, send, recv, self.block, self.sig)
@@ -67,6 +82,15 @@ struct Entry<C> {
     comm: Weak<C>,
     key: Key,
     shape: Shape,
+    /// Slots or kernel copies, by timing both (`None`: the size rule alone).
+    trial: Option<StageTrial>,
+}
+
+/// A call's shape as this call runs it; `trial` names the entry and path to time it under.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Found {
+    pub shape: Shape,
+    pub trial: Option<(usize, Path)>,
 }
 
 /// The last [`WAYS`] shapes resolved, by communicator (`C`: [`Comm`]; the tests use others).
@@ -81,15 +105,34 @@ impl<C> Shapes<C> {
         Shapes { entries: std::array::from_fn(|_| None), next: 0 }
     }
 
-    fn find(&self, comm: &Arc<C>, req: &OpRequest) -> Option<Shape> {
+    fn find(&self, comm: &Arc<C>, req: &OpRequest) -> Option<Found> {
         let key = Key::of(req);
         let comm = Arc::as_ptr(comm);
-        self.entries.iter().flatten().find(|e| e.key == key && std::ptr::eq(e.comm.as_ptr(), comm)).map(|e| e.shape)
+        let (i, e) = self.entries.iter().enumerate().find_map(|(i, e)| {
+            e.as_ref().filter(|e| e.key == key && std::ptr::eq(e.comm.as_ptr(), comm)).map(|e| (i, e))
+        })?;
+        Some(match e.trial.map(|t| t.path()) {
+            Some(Path::KernelCopies) => {
+                Found { shape: e.shape.by_kernel_copies(), trial: Some((i, Path::KernelCopies)) }
+            }
+            Some(Path::Slots) => Found { shape: e.shape, trial: Some((i, Path::Slots)) },
+            None => Found { shape: e.shape, trial: None },
+        })
     }
 
-    fn remember(&mut self, comm: &Arc<C>, req: &OpRequest, shape: Shape) {
-        self.entries[self.next] = Some(Entry { comm: Arc::downgrade(comm), key: Key::of(req), shape });
+    fn remember(&mut self, comm: &Arc<C>, req: &OpRequest, shape: Shape, tried: bool) {
+        let trial = tried.then(StageTrial::default);
+        self.entries[self.next] = Some(Entry { comm: Arc::downgrade(comm), key: Key::of(req), shape, trial });
         self.next = (self.next + 1) % WAYS;
+    }
+
+    /// Times a call that [`Self::find`] sent down `path` from entry `i`; returns the shape and
+    /// the trial's medians when its verdict changed.
+    fn record(&mut self, i: usize, path: Path, took: std::time::Duration) -> Option<(Shape, Path, (f64, f64))> {
+        let e = self.entries[i].as_mut()?;
+        let t = e.trial.as_mut()?;
+        let verdict = t.record(path, took)?;
+        Some((e.shape, verdict, t.medians_us()))
     }
 }
 
@@ -97,14 +140,32 @@ thread_local! {
     static SHAPES: RefCell<Shapes<Comm>> = RefCell::new(Shapes::new());
 }
 
-/// The shape this thread resolved for a call like `req` on `comm`, if any.
-pub(crate) fn find(comm: &Arc<Comm>, req: &OpRequest) -> Option<Shape> {
+/// The shape this thread resolved for a call like `req` on `comm`, if any, as this call runs it.
+pub(crate) fn find(comm: &Arc<Comm>, req: &OpRequest) -> Option<Found> {
     SHAPES.with(|s| s.borrow().find(comm, req))
 }
 
-/// Remembers what a call like `req` on `comm` resolved to.
-pub(crate) fn remember(comm: &Arc<Comm>, req: &OpRequest, shape: Shape) {
-    SHAPES.with(|s| s.borrow_mut().remember(comm, req, shape));
+/// Remembers what a call like `req` on `comm` resolved to; `tried`: its later calls choose
+/// between slots and kernel copies by timing both ([`super::stage_trial`]).
+pub(crate) fn remember(comm: &Arc<Comm>, req: &OpRequest, shape: Shape, tried: bool) {
+    SHAPES.with(|s| s.borrow_mut().remember(comm, req, shape, tried));
+}
+
+/// Records how long a call that [`find`] sent down a trial's path took.
+pub(crate) fn record(comm: &Comm, op: &str, trial: (usize, Path), took: std::time::Duration) {
+    let Some((shape, verdict, (slots, kernel))) = SHAPES.with(|s| s.borrow_mut().record(trial.0, trial.1, took)) else {
+        return;
+    };
+    log::debug!(
+        target: "COLL",
+        "{op} of {} bytes on {} ranks: buffers by {} (median call through slots {slots:.1} us, by kernel copies {kernel:.1} us)",
+        shape.message_bytes(comm.nranks),
+        comm.nranks,
+        match verdict {
+            Path::Slots => "slots",
+            Path::KernelCopies => "kernel copies",
+        }
+    );
 }
 
 #[cfg(test)]
@@ -150,8 +211,8 @@ mod tests {
         let mut s = Shapes::new();
         let (a, b) = (Arc::new(0u8), Arc::new(0u8));
         let base = req(CollOp::AllReduce, 2, DataType::Float32, Some(BuiltinOp::Sum));
-        s.remember(&a, &base, shape(8));
-        assert_eq!(s.find(&a, &base).map(|s| s.block), Some(8));
+        s.remember(&a, &base, shape(8), false);
+        assert_eq!(s.find(&a, &base).map(|f| f.shape.block), Some(8));
         // Buffers are not part of the key: they are checked on every call.
         let moved = OpRequest { send: 8 as *const u8, recv: 16 as *mut u8, ..base };
         assert!(s.find(&a, &moved).is_some());
@@ -170,9 +231,9 @@ mod tests {
         // Roots are told apart.
         let root0 = req(CollOp::Broadcast { root: 0 }, 2, DataType::Float32, None);
         let root1 = req(CollOp::Broadcast { root: 1 }, 2, DataType::Float32, None);
-        s.remember(&a, &root0, shape(16));
+        s.remember(&a, &root0, shape(16), false);
         assert!(s.find(&a, &root1).is_none());
-        assert_eq!(s.find(&a, &root0).map(|s| s.block), Some(16));
+        assert_eq!(s.find(&a, &root0).map(|f| f.shape.block), Some(16));
     }
 
     #[test]
@@ -180,7 +241,7 @@ mod tests {
         let mut s = Shapes::new();
         let a = Arc::new(0u8);
         let base = req(CollOp::AllGather, 4, DataType::Uint8, None);
-        s.remember(&a, &base, shape(4));
+        s.remember(&a, &base, shape(4), false);
         let weak = Arc::downgrade(&a);
         drop(a);
         assert!(weak.upgrade().is_none());
@@ -188,12 +249,47 @@ mod tests {
         assert!(s.find(&c, &base).is_none());
         // WAYS newer shapes push the first out.
         for i in 0..WAYS {
-            s.remember(&c, &req(CollOp::AllGather, 100 + i, DataType::Uint8, None), shape(i));
+            s.remember(&c, &req(CollOp::AllGather, 100 + i, DataType::Uint8, None), shape(i), false);
         }
-        s.remember(&c, &base, shape(4));
+        s.remember(&c, &base, shape(4), false);
         for i in 1..WAYS {
-            assert_eq!(s.find(&c, &req(CollOp::AllGather, 100 + i, DataType::Uint8, None)).map(|s| s.block), Some(i));
+            assert_eq!(
+                s.find(&c, &req(CollOp::AllGather, 100 + i, DataType::Uint8, None)).map(|f| f.shape.block),
+                Some(i)
+            );
         }
         assert!(s.find(&c, &req(CollOp::AllGather, 100, DataType::Uint8, None)).is_none());
+    }
+
+    #[test]
+    fn a_tried_shape_sends_its_calls_down_the_trial_s_paths() {
+        let mut s = Shapes::new();
+        let a = Arc::new(0u8);
+        let base = req(CollOp::AllGather, 1 << 16, DataType::Uint8, None);
+        let limits = Shape { stage_max: 512 << 10, stage_off_huge_max: 1 << 20, ..shape(1 << 16) };
+        s.remember(&a, &base, limits, true);
+        let mut paths = Vec::new();
+        for call in 0..super::super::stage_trial::WINDOW {
+            let found = s.find(&a, &base).expect("remembered");
+            let (i, path) = found.trial.expect("tried");
+            // Kernel copies: nothing of this rank's goes through its slot.
+            let staged = (found.shape.stage_max, found.shape.stage_off_huge_max);
+            match path {
+                Path::Slots => assert_eq!(staged, (512 << 10, 1 << 20)),
+                Path::KernelCopies => assert_eq!(staged, (0, 0)),
+            }
+            paths.push(path);
+            let us = if path == Path::Slots { 30 } else { 18 };
+            let changed = s.record(i, path, std::time::Duration::from_micros(us));
+            assert_eq!(changed.is_some(), call + 1 == super::super::stage_trial::WINDOW, "call {call}");
+        }
+        assert!(paths.contains(&Path::Slots) && paths.contains(&Path::KernelCopies));
+        assert_eq!(s.find(&a, &base).and_then(|f| f.trial).map(|t| t.1), Some(Path::KernelCopies));
+        // An untried shape keeps the rule's limits and is not timed.
+        let other = req(CollOp::AllGather, 1 << 15, DataType::Uint8, None);
+        s.remember(&a, &other, limits, false);
+        let found = s.find(&a, &other).expect("remembered");
+        assert!(found.trial.is_none());
+        assert_eq!(found.shape.stage_max, 512 << 10);
     }
 }

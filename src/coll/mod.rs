@@ -24,6 +24,7 @@ pub mod progressive;
 pub use crate::reduce;
 #[cfg(test)]
 mod sim;
+mod stage_trial;
 mod staging_pool;
 pub mod stream;
 
@@ -203,20 +204,48 @@ pub fn run_one(comm: &Arc<Comm>, req: &OpRequest) -> Result<()> {
         return run_single(req);
     }
     // A call shaped like a recent one skips the choice, unless its input needs a private copy.
-    if let Some(shape) = fast::find(comm, req) {
+    if let Some(fast::Found { shape, trial }) = fast::find(comm, req) {
         if !needs_copy(req, comm.rank, shape.block, shape.send_len, shape.recv_len) {
-            return exec::execute_node(comm.rank, &mut links, &mut shape.op(req.send, req.recv));
+            let Some(trial) = trial else {
+                return exec::execute_node(comm.rank, &mut links, &mut shape.op(req.send, req.recv));
+            };
+            let start = std::time::Instant::now();
+            exec::execute_node(comm.rank, &mut links, &mut shape.op(req.send, req.recv))?;
+            fast::record(comm, req.op.name(), trial, start.elapsed());
+            return Ok(());
         }
     }
     let tuning = tuning()?;
     let layout = layout(comm, req)?;
     if let Some(shape) = node_shape(comm, req, &layout, tuning, true)? {
-        fast::remember(comm, req, shape);
+        fast::remember(comm, req, shape, stage_trial_applies(comm, req, &shape, tuning));
         // `layout` keeps a private copy of an overlapping input alive until this returns.
         return exec::execute_node(comm.rank, &mut links, &mut shape.op(layout.bufs.send, layout.bufs.recv));
     }
     let works = vec![plan_work(comm, req, layout, tuning, true)?];
     exec::execute(&mut [CommWork { rank: comm.rank, links: &mut links, works }])
+}
+
+/// Whether later calls shaped like this one choose between slots and kernel copies by timing
+/// both ([`stage_trial`]): host all-reduces, all-gathers and reduce-scatters of ranks with a
+/// core each, whose size the rules would pass through slots (for want of huge pages included), from
+/// [`stage_trial::MIN_BYTES`], unless FERROCCL_NODE_STAGE_MAX fixes the limit or
+/// FERROCCL_NODE_STAGE_TRIAL=0.
+fn stage_trial_applies(comm: &Comm, req: &OpRequest, shape: &fast::Shape, tuning: &algo::Tuning) -> bool {
+    let size = shape.message_bytes(comm.nranks);
+    // Ranks sharing cores time each other's descheduling more than their copies (4 ranks on
+    // the 2-core VM: verdicts that flipped from launch to launch).
+    tuning.node_stage_trial
+        && tuning.node_stage_max.is_none()
+        && comm.nranks <= crate::topo::usable_cores()
+        && !req.device_call
+        && shape.algo == node::NodeAlgo::Direct
+        && matches!(
+            shape.coll,
+            node::NodeColl::AllReduce(_) | node::NodeColl::AllGather | node::NodeColl::ReduceScatter(_)
+        )
+        && size >= stage_trial::MIN_BYTES
+        && size <= shape.stage_max.max(shape.stage_off_huge_max)
 }
 
 /// A collective of a one-rank communicator: its result is its own input, through the
@@ -550,7 +579,7 @@ fn node_plan(algo: node::NodeAlgo) -> Arc<plan::Plan> {
 
 /// Algorithm tuning from the environment (NCCL_ALGO, FERROCCL_CHUNK_SIZE,
 /// FERROCCL_TREE_THRESHOLD, FERROCCL_NODE_ONESHOT_MAX, FERROCCL_NODE_STAGE_MAX,
-/// FERROCCL_NODE_RELAY_MIN), parsed once.
+/// FERROCCL_NODE_RELAY_MIN, FERROCCL_NODE_STAGE_TRIAL), parsed once.
 fn tuning() -> Result<&'static algo::Tuning> {
     static TUNING: std::sync::OnceLock<std::result::Result<algo::Tuning, String>> = std::sync::OnceLock::new();
     let t = TUNING.get_or_init(|| {
@@ -565,6 +594,7 @@ fn tuning() -> Result<&'static algo::Tuning> {
             node_one_shot_max: crate::env::get_bytes_opt("FERROCCL_NODE_ONESHOT_MAX").map(|b| b as usize),
             node_stage_max: crate::env::get_bytes_opt("FERROCCL_NODE_STAGE_MAX").map(|b| b as usize),
             node_relay_min: crate::env::get_bytes_opt("FERROCCL_NODE_RELAY_MIN").map(|b| b as usize),
+            node_stage_trial: crate::env::get_bool("FERROCCL_NODE_STAGE_TRIAL"),
         })
     });
     t.as_ref().map_err(|e| Error::invalid_usage(e.clone()))

@@ -76,6 +76,9 @@ fn child_rank() {
     if scenario == "bcast" {
         large_broadcasts(rank, comm);
     }
+    if scenario == "trial" {
+        repeated_calls(rank, nranks as usize, comm);
+    }
     if scenario == "bcaststream" {
         crate::broadcast_stream::run_stream(rank, 2, comm);
         println!("CHILD {rank} broadcast stream OK");
@@ -481,6 +484,78 @@ fn ordinary_buffers_across_processes() {
             let area = format!("Node area: {n} ranks");
             assert!(text.contains(&area), "the node area must be in use ({n} ranks, {env:?}):\n{text}");
             assert!(!text.contains("of malloc'd memory at"), "heap sharing is off by default ({env:?}):\n{text}");
+        }
+    }
+}
+
+/// Issue 15: repeated all-reduces, all-gathers and reduce-scatters in the same malloc'd
+/// buffers, 40 calls each, with the same input every call (a benchmark's) and with a new one
+/// every call (an application's). Their first 16 calls time slots against kernel copies
+/// (`coll::stage_trial`): pairs of each path in turn, then each rank's own verdict, so every
+/// result is checked across switches of path in both directions and whatever the verdicts.
+fn repeated_calls(rank: usize, nranks: usize, comm: ncclComm_t) {
+    const INT32: ncclDataType_t = ncclDataType_t(2);
+    const SUM: ncclRedOp_t = ncclRedOp_t(0);
+    let s: *mut c_void = std::ptr::null_mut();
+    let value = |r: usize, i: usize, call: usize| ((i * 13 + call * 7) % 1009) as i32 * (r as i32 + 1);
+    // 64 KiB and 512 KiB messages: both within the rules' slot sizes for two ranks.
+    for count in [16_384usize, 131_072] {
+        for fresh in [false, true] {
+            let call_of = |call: usize| if fresh { call } else { 0 };
+            let mut input = vec![0i32; nranks * count];
+            let mut out = vec![-1i32; nranks * count];
+            for call in 0..40 {
+                let c = call_of(call);
+                input[..count].iter_mut().enumerate().for_each(|(i, v)| *v = value(rank, i, c));
+                check(
+                    ncclAllReduce(input.as_ptr().cast(), out.as_mut_ptr().cast(), count, INT32, SUM, comm, s),
+                    "allreduce",
+                );
+                let bad = (0..count).find(|&i| out[i] != (0..nranks).map(|r| value(r, i, c)).sum::<i32>());
+                assert!(bad.is_none(), "all-reduce {call} of {count} (fresh {fresh}): element {bad:?}");
+            }
+            for call in 0..40 {
+                let c = call_of(call);
+                input[..count].iter_mut().enumerate().for_each(|(i, v)| *v = value(rank, i, c));
+                out.fill(-1);
+                check(
+                    ncclAllGather(input.as_ptr().cast(), out.as_mut_ptr().cast(), count, INT32, comm, s),
+                    "allgather",
+                );
+                let bad = (0..nranks * count).find(|&i| out[i] != value(i / count, i % count, c));
+                assert!(bad.is_none(), "all-gather {call} of {count} (fresh {fresh}): element {bad:?}");
+            }
+            for call in 0..40 {
+                let c = call_of(call);
+                input.iter_mut().enumerate().for_each(|(i, v)| *v = value(rank, i, c));
+                out[..count].fill(-1);
+                check(
+                    ncclReduceScatter(input.as_ptr().cast(), out.as_mut_ptr().cast(), count, INT32, SUM, comm, s),
+                    "reducescatter",
+                );
+                let bad =
+                    (0..count).find(|&i| out[i] != (0..nranks).map(|r| value(r, rank * count + i, c)).sum::<i32>());
+                assert!(bad.is_none(), "reduce-scatter {call} of {count} (fresh {fresh}): element {bad:?}");
+            }
+        }
+    }
+    println!("CHILD {rank} repeated calls OK");
+}
+
+/// Issue 15: repeated calls in malloc'd buffers stay exact while the library tries slots and
+/// kernel copies on them (`repeated_calls`), at 2 ranks (where ranks have a core each on the
+/// CI machine, so the trials run) and 3.
+#[test]
+fn repeated_calls_across_processes() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    for n in [2, 3] {
+        let id = unique_id();
+        let children: Vec<Child> = (0..n).map(|r| spawn_of(r, n, "trial", &id, &[])).collect();
+        for (r, child) in children.into_iter().enumerate() {
+            let text = wait_output(child);
+            assert!(text.contains(&format!("CHILD {r} repeated calls OK")), "{n} ranks:\n{text}");
         }
     }
 }
