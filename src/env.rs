@@ -231,8 +231,8 @@ pub static PARAMS: &[Param] = &[
         "FERROCCL_NODE_STAGE_TRIAL",
         Bool,
         "1",
-        "1: a repeated host all-reduce, all-gather or reduce-scatter of ranks with a core each, whose \
-         buffers the rules pass \
+        "1: a repeated host all-reduce, all-gather or reduce-scatter of two ranks with a core each, \
+         whose buffers the rules pass \
          through the slots (FERROCCL_NODE_STAGE_MAX unset, 32 KiB and up) times both ways, slots and \
          peers' kernel copies, on its first 16 calls (then 16 of every 1024), every rank on the same \
          calls, and keeps the faster: fresh inputs favour the slots, inputs reused from the call \

@@ -7,6 +7,9 @@
 //! from call to call (buffers, in-place and overlap, the communicator's state) is still
 //! looked at every time by the caller.
 //!
+//! A shape that [`super::stage_trial`] applies to also carries its trial: which of its calls
+//! try slots or kernel copies, their times and the verdict, logged (TRACE, COLL) when it changes.
+//!
 //! Owns nothing shared: entries hold their communicator weakly (a destroyed one is never
 //! matched again, and its address cannot be reused while an entry names it).
 
@@ -14,7 +17,7 @@ use std::cell::RefCell;
 use std::sync::{Arc, Weak};
 
 use super::node::{NodeAlgo, NodeColl, NodeOp};
-use super::stage_trial::{Path, StageTrial};
+use super::stage_trial::{StagePath, StageTrial};
 use super::OpRequest;
 use crate::comm::Comm;
 use crate::wire::OpSig;
@@ -86,11 +89,11 @@ struct Entry<C> {
     trial: Option<StageTrial>,
 }
 
-/// A call's shape as this call runs it; `trial` names the entry and path to time it under.
+/// A call's shape as this call runs it; `timed`: the entry and trial step to time it under.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Found {
     pub shape: Shape,
-    pub trial: Option<(usize, Path)>,
+    pub timed: Option<(usize, u32)>,
 }
 
 /// The last [`WAYS`] shapes resolved, by communicator (`C`: [`Comm`]; the tests use others).
@@ -105,33 +108,55 @@ impl<C> Shapes<C> {
         Shapes { entries: std::array::from_fn(|_| None), next: 0 }
     }
 
-    fn find(&self, comm: &Arc<C>, req: &OpRequest) -> Option<Found> {
-        let key = Key::of(req);
+    fn position(&self, comm: &Arc<C>, key: &Key) -> Option<usize> {
         let comm = Arc::as_ptr(comm);
-        let (i, e) = self.entries.iter().enumerate().find_map(|(i, e)| {
-            e.as_ref().filter(|e| e.key == key && std::ptr::eq(e.comm.as_ptr(), comm)).map(|e| (i, e))
-        })?;
-        Some(match e.trial.map(|t| t.path()) {
-            Some(Path::KernelCopies) => {
-                Found { shape: e.shape.by_kernel_copies(), trial: Some((i, Path::KernelCopies)) }
-            }
-            Some(Path::Slots) => Found { shape: e.shape, trial: Some((i, Path::Slots)) },
-            None => Found { shape: e.shape, trial: None },
-        })
+        self.entries
+            .iter()
+            .position(|e| e.as_ref().is_some_and(|e| e.key == *key && std::ptr::eq(e.comm.as_ptr(), comm)))
     }
 
-    fn remember(&mut self, comm: &Arc<C>, req: &OpRequest, shape: Shape, tried: bool) {
-        let trial = tried.then(StageTrial::default);
-        self.entries[self.next] = Some(Entry { comm: Arc::downgrade(comm), key: Key::of(req), shape, trial });
+    /// The shape of a call like `req` as this call runs it; a tried shape counts the call.
+    fn find(&mut self, comm: &Arc<C>, req: &OpRequest) -> Option<Found> {
+        let i = self.position(comm, &Key::of(req))?;
+        let e = self.entries[i].as_mut()?;
+        let Some(trial) = e.trial.as_mut() else { return Some(Found { shape: e.shape, timed: None }) };
+        let call = trial.begin_call();
+        let shape = match call.path {
+            StagePath::Slots => e.shape,
+            StagePath::KernelCopies => e.shape.by_kernel_copies(),
+        };
+        Some(Found { shape, timed: call.timed.map(|k| (i, k)) })
+    }
+
+    /// Remembers a shape; one already kept for the same call keeps its place and its trial.
+    fn remember(&mut self, comm: &Arc<C>, req: &OpRequest, shape: Shape, trial: Option<StageTrial>) {
+        let key = Key::of(req);
+        if let Some(e) = self.position(comm, &key).and_then(|i| self.entries[i].as_mut()) {
+            e.shape = shape;
+            if e.trial.is_none() {
+                e.trial = trial;
+            }
+            return;
+        }
+        self.entries[self.next] = Some(Entry { comm: Arc::downgrade(comm), key, shape, trial });
         self.next = (self.next + 1) % WAYS;
     }
 
-    /// Times a call that [`Self::find`] sent down `path` from entry `i`; returns the shape and
-    /// the trial's medians when its verdict changed.
-    fn record(&mut self, i: usize, path: Path, took: std::time::Duration) -> Option<(Shape, Path, (f64, f64))> {
-        let e = self.entries[i].as_mut()?;
+    /// Times trial step `k` of the call like `req` that [`Self::find`] found at entry `i`;
+    /// returns the shape, the new verdict and the trial's medians when the verdict changed.
+    fn record(
+        &mut self,
+        comm: &Arc<C>,
+        req: &OpRequest,
+        (i, k): (usize, u32),
+        took: std::time::Duration,
+    ) -> Option<(Shape, StagePath, (f64, f64))> {
+        // The entry is still the call's unless something in between replaced it.
+        let e = self.entries[i]
+            .as_mut()
+            .filter(|e| e.key == Key::of(req) && std::ptr::eq(e.comm.as_ptr(), Arc::as_ptr(comm)))?;
         let t = e.trial.as_mut()?;
-        let verdict = t.record(path, took)?;
+        let verdict = t.record(k, took)?;
         Some((e.shape, verdict, t.medians_us()))
     }
 }
@@ -142,28 +167,29 @@ thread_local! {
 
 /// The shape this thread resolved for a call like `req` on `comm`, if any, as this call runs it.
 pub(crate) fn find(comm: &Arc<Comm>, req: &OpRequest) -> Option<Found> {
-    SHAPES.with(|s| s.borrow().find(comm, req))
+    SHAPES.with(|s| s.borrow_mut().find(comm, req))
 }
 
-/// Remembers what a call like `req` on `comm` resolved to; `tried`: its later calls choose
+/// Remembers what a call like `req` on `comm` resolved to; with `trial`, its later calls choose
 /// between slots and kernel copies by timing both ([`super::stage_trial`]).
-pub(crate) fn remember(comm: &Arc<Comm>, req: &OpRequest, shape: Shape, tried: bool) {
-    SHAPES.with(|s| s.borrow_mut().remember(comm, req, shape, tried));
+pub(crate) fn remember(comm: &Arc<Comm>, req: &OpRequest, shape: Shape, trial: Option<StageTrial>) {
+    SHAPES.with(|s| s.borrow_mut().remember(comm, req, shape, trial));
 }
 
-/// Records how long a call that [`find`] sent down a trial's path took.
-pub(crate) fn record(comm: &Comm, op: &str, trial: (usize, Path), took: std::time::Duration) {
-    let Some((shape, verdict, (slots, kernel))) = SHAPES.with(|s| s.borrow_mut().record(trial.0, trial.1, took)) else {
+/// Records how long a timed trial call (a [`Found::timed`] one) took.
+pub(crate) fn record(comm: &Arc<Comm>, req: &OpRequest, timed: (usize, u32), took: std::time::Duration) {
+    let Some((shape, verdict, (slots, kernel))) = SHAPES.with(|s| s.borrow_mut().record(comm, req, timed, took)) else {
         return;
     };
     log::debug!(
         target: "COLL",
-        "{op} of {} bytes on {} ranks: buffers by {} (median call through slots {slots:.1} us, by kernel copies {kernel:.1} us)",
+        "{} of {} bytes on {} ranks: buffers by {} (median call through slots {slots:.1} us, by kernel copies {kernel:.1} us)",
+        req.op.name(),
         shape.message_bytes(comm.nranks),
         comm.nranks,
         match verdict {
-            Path::Slots => "slots",
-            Path::KernelCopies => "kernel copies",
+            StagePath::Slots => "slots",
+            StagePath::KernelCopies => "kernel copies",
         }
     );
 }
@@ -211,7 +237,7 @@ mod tests {
         let mut s = Shapes::new();
         let (a, b) = (Arc::new(0u8), Arc::new(0u8));
         let base = req(CollOp::AllReduce, 2, DataType::Float32, Some(BuiltinOp::Sum));
-        s.remember(&a, &base, shape(8), false);
+        s.remember(&a, &base, shape(8), None);
         assert_eq!(s.find(&a, &base).map(|f| f.shape.block), Some(8));
         // Buffers are not part of the key: they are checked on every call.
         let moved = OpRequest { send: 8 as *const u8, recv: 16 as *mut u8, ..base };
@@ -231,7 +257,7 @@ mod tests {
         // Roots are told apart.
         let root0 = req(CollOp::Broadcast { root: 0 }, 2, DataType::Float32, None);
         let root1 = req(CollOp::Broadcast { root: 1 }, 2, DataType::Float32, None);
-        s.remember(&a, &root0, shape(16), false);
+        s.remember(&a, &root0, shape(16), None);
         assert!(s.find(&a, &root1).is_none());
         assert_eq!(s.find(&a, &root0).map(|f| f.shape.block), Some(16));
     }
@@ -241,7 +267,7 @@ mod tests {
         let mut s = Shapes::new();
         let a = Arc::new(0u8);
         let base = req(CollOp::AllGather, 4, DataType::Uint8, None);
-        s.remember(&a, &base, shape(4), false);
+        s.remember(&a, &base, shape(4), None);
         let weak = Arc::downgrade(&a);
         drop(a);
         assert!(weak.upgrade().is_none());
@@ -249,9 +275,9 @@ mod tests {
         assert!(s.find(&c, &base).is_none());
         // WAYS newer shapes push the first out.
         for i in 0..WAYS {
-            s.remember(&c, &req(CollOp::AllGather, 100 + i, DataType::Uint8, None), shape(i), false);
+            s.remember(&c, &req(CollOp::AllGather, 100 + i, DataType::Uint8, None), shape(i), None);
         }
-        s.remember(&c, &base, shape(4), false);
+        s.remember(&c, &base, shape(4), None);
         for i in 1..WAYS {
             assert_eq!(
                 s.find(&c, &req(CollOp::AllGather, 100 + i, DataType::Uint8, None)).map(|f| f.shape.block),
@@ -263,33 +289,36 @@ mod tests {
 
     #[test]
     fn a_tried_shape_sends_its_calls_down_the_trial_s_paths() {
+        use super::super::stage_trial::WINDOW;
         let mut s = Shapes::new();
         let a = Arc::new(0u8);
         let base = req(CollOp::AllGather, 1 << 16, DataType::Uint8, None);
         let limits = Shape { stage_max: 512 << 10, stage_off_huge_max: 1 << 20, ..shape(1 << 16) };
-        s.remember(&a, &base, limits, true);
-        let mut paths = Vec::new();
-        for call in 0..super::super::stage_trial::WINDOW {
+        s.remember(&a, &base, limits, Some(StageTrial::default()));
+        let mut kernel_calls = 0;
+        for call in 0..WINDOW {
             let found = s.find(&a, &base).expect("remembered");
-            let (i, path) = found.trial.expect("tried");
             // Kernel copies: nothing of this rank's goes through its slot.
             let staged = (found.shape.stage_max, found.shape.stage_off_huge_max);
-            match path {
-                Path::Slots => assert_eq!(staged, (512 << 10, 1 << 20)),
-                Path::KernelCopies => assert_eq!(staged, (0, 0)),
-            }
-            paths.push(path);
-            let us = if path == Path::Slots { 30 } else { 18 };
-            let changed = s.record(i, path, std::time::Duration::from_micros(us));
-            assert_eq!(changed.is_some(), call + 1 == super::super::stage_trial::WINDOW, "call {call}");
+            assert!(staged == (512 << 10, 1 << 20) || staged == (0, 0), "{staged:?}");
+            kernel_calls += (staged == (0, 0)) as u32;
+            let Some(timed) = found.timed else { continue };
+            let us = if staged == (0, 0) { 18 } else { 30 };
+            let changed = s.record(&a, &base, timed, std::time::Duration::from_micros(us));
+            assert_eq!(changed.is_some(), call + 1 == WINDOW, "call {call}");
         }
-        assert!(paths.contains(&Path::Slots) && paths.contains(&Path::KernelCopies));
-        assert_eq!(s.find(&a, &base).and_then(|f| f.trial).map(|t| t.1), Some(Path::KernelCopies));
-        // An untried shape keeps the rule's limits and is not timed.
+        assert_eq!(kernel_calls, WINDOW / 2);
+        // Remembering the same call again keeps its trial (and verdict).
+        s.remember(&a, &base, limits, Some(StageTrial::default()));
+        let found = s.find(&a, &base).expect("remembered");
+        assert_eq!((found.shape.stage_max, found.timed), (0, None));
+        // A record for an entry that no longer holds the call changes nothing.
         let other = req(CollOp::AllGather, 1 << 15, DataType::Uint8, None);
-        s.remember(&a, &other, limits, false);
+        assert!(s.record(&a, &other, (0, 1), std::time::Duration::from_micros(1)).is_none());
+        // An untried shape keeps the rule's limits and is not timed.
+        s.remember(&a, &other, limits, None);
         let found = s.find(&a, &other).expect("remembered");
-        assert!(found.trial.is_none());
+        assert!(found.timed.is_none());
         assert_eq!(found.shape.stage_max, 512 << 10);
     }
 }

@@ -204,48 +204,38 @@ pub fn run_one(comm: &Arc<Comm>, req: &OpRequest) -> Result<()> {
         return run_single(req);
     }
     // A call shaped like a recent one skips the choice, unless its input needs a private copy.
-    if let Some(fast::Found { shape, trial }) = fast::find(comm, req) {
+    if let Some(fast::Found { shape, timed }) = fast::find(comm, req) {
         if !needs_copy(req, comm.rank, shape.block, shape.send_len, shape.recv_len) {
-            let Some(trial) = trial else {
+            let Some(timed) = timed else {
                 return exec::execute_node(comm.rank, &mut links, &mut shape.op(req.send, req.recv));
             };
             let start = std::time::Instant::now();
             exec::execute_node(comm.rank, &mut links, &mut shape.op(req.send, req.recv))?;
-            fast::record(comm, req.op.name(), trial, start.elapsed());
+            fast::record(comm, req, timed, start.elapsed());
             return Ok(());
         }
     }
     let tuning = tuning()?;
     let layout = layout(comm, req)?;
     if let Some(shape) = node_shape(comm, req, &layout, tuning, true)? {
-        fast::remember(comm, req, shape, stage_trial_applies(comm, req, &shape, tuning));
+        // FERROCCL_NODE_STAGE_MAX fixes the limit; FERROCCL_NODE_STAGE_TRIAL=0 keeps the rules.
+        let tried = tuning.node_stage_trial
+            && tuning.node_stage_max.is_none()
+            && stage_trial::applies(
+                &shape.coll,
+                shape.algo,
+                shape.message_bytes(comm.nranks),
+                (shape.stage_max, shape.stage_off_huge_max),
+                comm.nranks,
+                comm.nranks <= crate::topo::usable_cores(),
+                req.device_call,
+            );
+        fast::remember(comm, req, shape, tried.then(stage_trial::StageTrial::default));
         // `layout` keeps a private copy of an overlapping input alive until this returns.
         return exec::execute_node(comm.rank, &mut links, &mut shape.op(layout.bufs.send, layout.bufs.recv));
     }
     let works = vec![plan_work(comm, req, layout, tuning, true)?];
     exec::execute(&mut [CommWork { rank: comm.rank, links: &mut links, works }])
-}
-
-/// Whether later calls shaped like this one choose between slots and kernel copies by timing
-/// both ([`stage_trial`]): host all-reduces, all-gathers and reduce-scatters of ranks with a
-/// core each, whose size the rules would pass through slots (for want of huge pages included), from
-/// [`stage_trial::MIN_BYTES`], unless FERROCCL_NODE_STAGE_MAX fixes the limit or
-/// FERROCCL_NODE_STAGE_TRIAL=0.
-fn stage_trial_applies(comm: &Comm, req: &OpRequest, shape: &fast::Shape, tuning: &algo::Tuning) -> bool {
-    let size = shape.message_bytes(comm.nranks);
-    // Ranks sharing cores time each other's descheduling more than their copies (4 ranks on
-    // the 2-core VM: verdicts that flipped from launch to launch).
-    tuning.node_stage_trial
-        && tuning.node_stage_max.is_none()
-        && comm.nranks <= crate::topo::usable_cores()
-        && !req.device_call
-        && shape.algo == node::NodeAlgo::Direct
-        && matches!(
-            shape.coll,
-            node::NodeColl::AllReduce(_) | node::NodeColl::AllGather | node::NodeColl::ReduceScatter(_)
-        )
-        && size >= stage_trial::MIN_BYTES
-        && size <= shape.stage_max.max(shape.stage_off_huge_max)
 }
 
 /// A collective of a one-rank communicator: its result is its own input, through the
