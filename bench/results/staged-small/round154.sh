@@ -11,7 +11,9 @@ el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi; P=$PWD/.dev/prefix
 { cat .dev/build.commit; nproc; grep -m1 'model name' /proc/cpuinfo; nvidia-smi -L; date -u; } > $R/host.txt 2>&1; cat $R/host.txt
-( make -C .dev/nccl-tests -j12 MPI=1 MPI_HOME=$MPI_HOME NCCL_HOME=$P NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR=/tmp/f > /tmp/f.log 2>&1; echo "nccl-tests build rc=$?" ) &
+# Built first, not beside the timed runs (the first launch of this round built it in the
+# background and spoiled the staged_threads figures).
+make -C .dev/nccl-tests -j12 MPI=1 MPI_HOME=$MPI_HOME NCCL_HOME=$P NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR=/tmp/f > /tmp/f.log 2>&1; echo "nccl-tests build rc=$?"
 nvcc -O2 -I$P/include -I$MPI_HOME/include bench/gpu/staged_threads.cu -L$P/lib -lnccl -L$MPI_HOME/lib -lmpi -Xlinker -rpath,$P/lib -o /tmp/st > $R/build.log 2>&1 || { cat $R/build.log; exit 1; }
 SOCK="-x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 -x NCCL_SOCKET_IFNAME=lo"
 timeout 90 mpirun -np 2 --bind-to none $SOCK -x NCCL_DEBUG=WARN /tmp/st 1 > $R/procs.txt 2>&1; el "procs rc=$?"; cat $R/procs.txt
@@ -32,3 +34,4 @@ for rep in 1 2 3; do
   echo "rep $rep: nccl1 $(awk '/^ +8 /{print $6}' $R/nccl-np1-$rep.log) ferro1 $(awk '/^ +8 /{print $6}' $R/ferro-np1-$rep.log) ferro2 $(awk '/^ +8 /{print $6}' $R/ferro-np2-$rep.log) ferro4 $(awk '/^ +8 /{print $6}' $R/ferro-np4-$rep.log)"
 done
 el done
+cd $OUT && tar czf r.tgz r && rm -rf r
