@@ -42,13 +42,9 @@ pub(crate) struct Shape {
 }
 
 impl Shape {
-    /// The message's size as nccl-tests counts it (all ranks' blocks for these two), which the
-    /// staging limits bound.
+    /// The message's size as nccl-tests counts it ([`NodeColl::message_bytes`]).
     pub fn message_bytes(&self, nranks: usize) -> usize {
-        match self.coll {
-            NodeColl::AllGather | NodeColl::ReduceScatter(_) => self.block * nranks,
-            _ => self.block,
-        }
+        self.coll.message_bytes(self.block, nranks)
     }
 
     /// This shape with its buffers kept out of the slots (peers reach them by kernel copies).

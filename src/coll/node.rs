@@ -454,6 +454,17 @@ pub enum NodeColl {
     },
 }
 
+impl NodeColl {
+    /// The message as nccl-tests sizes it, from one rank's block: all ranks' blocks for an
+    /// all-gather and a reduce-scatter. The staging limits bound this size.
+    pub fn message_bytes(&self, block: usize, nranks: usize) -> usize {
+        match self {
+            NodeColl::AllGather | NodeColl::ReduceScatter(_) => block * nranks,
+            _ => block,
+        }
+    }
+}
+
 /// One collective in progress.
 pub struct NodeOp {
     coll: NodeColl,
@@ -885,11 +896,7 @@ impl NodeOp {
     /// write the slot with plain loads and stores instead of a system call per piece and
     /// peer, in rounds of a slot's size.
     fn publish_direct(&mut self, area: &mut NodeArea, send_len: usize, recv_len: usize, pre: Option<[u8; 8]>) {
-        // The message as nccl-tests sizes it (all ranks' blocks for these two).
-        let size = match self.coll {
-            NodeColl::AllGather | NodeColl::ReduceScatter(_) => self.bytes * area.nranks(),
-            _ => self.bytes,
-        };
+        let size = self.coll.message_bytes(self.bytes, area.nranks());
         let unmappable = |d: &BufDesc, len: usize| len > 0 && d.shared.is_none() && !area.peers_share_address_space();
         // Staged for want of huge pages (kernel copies of 4 KiB pages are slow): still
         // prepared for kernel copies below, so that a buffer used again may get huge pages.
